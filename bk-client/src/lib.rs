@@ -1,1 +1,22 @@
-#![doc = "placeholder"]
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod error;
+pub mod memory;
+pub mod testkit;
+pub mod types;
+
+pub use api::{
+    BookKeeper, BookKeeperExt, ClientFactory, ReadHandle, ReadHandleExt, WriteHandle,
+    WriteHandleExt,
+};
+pub use error::{BkError, BkErrorKind, Result};
+pub use memory::{
+    FencedRecreateFailure, MemoryBookKeeper, MemoryClientFactory, MemoryCluster,
+    MemoryClusterConfig, MemoryClusters, OpKind, UnavailableMode,
+};
+pub use types::{
+    DeleteMissing, DigestType, EntryId, LedgerConfig, LedgerEntry, LedgerId, LedgerMetadata,
+    LedgerState, NO_ENTRY,
+};
