@@ -1,0 +1,784 @@
+//! Managed ledger and cursor behaviour on MemoryBookKeeper + MemoryStore.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bkswitch_bk_client::{BookKeeper, MemoryCluster};
+use bkswitch_managed_ledger::testing::InjectedFailure;
+use bkswitch_managed_ledger::{
+    ErrorKind, InitialPosition, ManagedLedgerError, ManagedLedgerFactory, Position,
+};
+use bkswitch_metadata_store::MetadataStore;
+use bkswitch_mledger_spi::{
+    HookError, ManagedLedgerConfig, NewLedgerContext, NewLedgerPropertiesProvider, StorageHooks,
+};
+use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
+use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
+use bkswitch_proto::ml::{ManagedCursorInfo, ManagedLedgerInfo};
+use bkswitch_proto::{Message, Stamped, ATTR_KEY};
+use common::*;
+
+fn payload(i: usize) -> Vec<u8> {
+    format!("m{i:03}").into_bytes()
+}
+
+async fn append_n(
+    ml: &bkswitch_managed_ledger::ManagedLedger,
+    from: usize,
+    n: usize,
+) -> Vec<Position> {
+    let futs: Vec<_> = (from..from + n).map(|i| ml.append(payload(i))).collect();
+    futures::future::try_join_all(futs).await.unwrap()
+}
+
+/// An S4 provider that adds nothing.
+#[derive(Debug)]
+struct NoProps;
+impl NewLedgerPropertiesProvider for NoProps {
+    fn new_ledger_properties(
+        &self,
+        _ctx: &NewLedgerContext<'_>,
+    ) -> Result<Vec<(String, String)>, HookError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The sequence used by the golden tests; returns every successful write.
+async fn golden_sequence(hooks: Option<StorageHooks>) -> (Env, Vec<(String, Vec<u8>)>) {
+    let env = Env::new();
+    let mut config = small_config();
+    if let Some(h) = hooks {
+        config = config.with_hooks(h);
+    }
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let c = ml.open_cursor("sub").await.unwrap();
+    append_n(&ml, 0, 4).await; // ledger 0: 3 entries; ledger 1: 1 entry
+    env.clock.advance(10);
+    c.mark_delete(Position::new(0, 1)).await.unwrap();
+    let writes = env
+        .store
+        .writes()
+        .into_iter()
+        .filter(|w| w.result.is_ok())
+        .map(|w| (w.path, w.value))
+        .collect();
+    (env, writes)
+}
+
+#[tokio::test]
+async fn plain_mode_writes_golden_bytes_and_hooks_without_effect_match() {
+    let (env, plain) = golden_sequence(None).await;
+    let cursor_path = format!("{PATH}/sub");
+
+    // Expected values, built independently from the prost types.
+    let empty = ManagedLedgerInfo::default().encode_to_vec();
+    let l0_open = LedgerInfo {
+        ledger_id: 0,
+        timestamp: Some(0),
+        ..Default::default()
+    };
+    let v1 = ManagedLedgerInfo {
+        ledger_info: vec![l0_open],
+        ..Default::default()
+    };
+    let v2 = ManagedLedgerInfo {
+        ledger_info: vec![
+            LedgerInfo {
+                ledger_id: 0,
+                entries: Some(3),
+                size: Some(12),
+                timestamp: Some(T0),
+                ..Default::default()
+            },
+            LedgerInfo {
+                ledger_id: 1,
+                timestamp: Some(0),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let cursor_created = ManagedCursorInfo {
+        cursors_ledger_id: -1,
+        mark_delete_ledger_id: Some(0),
+        mark_delete_entry_id: Some(-1),
+        ..Default::default()
+    };
+    let cursor_rolled = ManagedCursorInfo {
+        cursors_ledger_id: 2,
+        mark_delete_ledger_id: Some(0),
+        mark_delete_entry_id: Some(1),
+        ..Default::default()
+    };
+    let expected = vec![
+        (PATH.to_string(), empty),
+        (PATH.to_string(), v1.encode_to_vec()),
+        (cursor_path.clone(), cursor_created.encode_to_vec()),
+        (PATH.to_string(), v2.encode_to_vec()),
+        (cursor_path.clone(), cursor_rolled.encode_to_vec()),
+    ];
+    assert_eq!(plain, expected);
+    for (_, v) in &plain {
+        assert!(!contains_reserved(v));
+    }
+    // The cursor ledger holds the position as a PositionInfo entry.
+    assert!(env.cluster.contains_ledger(2));
+
+    // Hooks that have no effect (same client, identity resolver, no properties)
+    // write exactly the same bytes.
+    // (hooks on the env's own cluster: S1 returns the storage client, the resolver
+    // routes everything to it, S4 adds nothing)
+    let env2 = Env::new();
+    let hooks2 = Hooks::new(env2.client());
+    let h2 = StorageHooks {
+        new_ledger_properties: vec![Arc::new(NoProps)],
+        new_cursor_ledger_properties: vec![Arc::new(NoProps)],
+        ..hooks2.storage_hooks()
+    };
+    let ml = env2
+        .factory()
+        .open(NAME, small_config().with_hooks(h2))
+        .await
+        .unwrap();
+    let c = ml.open_cursor("sub").await.unwrap();
+    append_n(&ml, 0, 4).await;
+    env2.clock.advance(10);
+    c.mark_delete(Position::new(0, 1)).await.unwrap();
+    let hooked: Vec<_> = env2
+        .store
+        .writes()
+        .into_iter()
+        .filter(|w| w.result.is_ok())
+        .map(|w| (w.path, w.value))
+        .collect();
+    assert_eq!(hooked, plain);
+}
+
+#[tokio::test]
+async fn every_write_recording_a_ledger_carries_its_stamp() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let ml = env
+        .factory()
+        .open(NAME, small_config().with_hooks(hooks.storage_hooks()))
+        .await
+        .unwrap();
+    let c = ml.open_cursor("sub").await.unwrap();
+    let positions = append_n(&ml, 0, 10).await;
+    for p in &positions {
+        c.mark_delete(*p).await.unwrap(); // 10 mark-deletes: cursor ledger rolls over
+    }
+    ml.rollover().await.unwrap();
+    let cursor_path = format!("{PATH}/sub");
+    let mut checked_ml = 0;
+    let mut checked_cursor = 0;
+    for w in env.store.writes().into_iter().filter(|w| w.result.is_ok()) {
+        if w.path == PATH {
+            let info = decode_managed_ledger_info(&w.value).unwrap();
+            for li in &info.ledger_info {
+                assert_eq!(
+                    li.cluster_stamp().unwrap(),
+                    Some("bk-a"),
+                    "ledger {} recorded without its stamp in write {}",
+                    li.ledger_id,
+                    w.seq
+                );
+                checked_ml += 1;
+            }
+        } else if w.path == cursor_path {
+            let info = decode_managed_cursor_info(&w.value).unwrap();
+            if info.cursors_ledger_id >= 0 {
+                assert_eq!(
+                    info.cluster_stamp().unwrap(),
+                    Some("bk-a"),
+                    "write {}",
+                    w.seq
+                );
+                checked_cursor += 1;
+            }
+        }
+    }
+    assert!(
+        checked_ml >= 4 && checked_cursor >= 3,
+        "{checked_ml} {checked_cursor}"
+    );
+}
+
+#[tokio::test]
+async fn fault_between_create_and_cas_leaves_nothing_unrecorded() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let ml = env
+        .factory()
+        .open(NAME, small_config().with_hooks(hooks.storage_hooks()))
+        .await
+        .unwrap();
+    append_n(&ml, 0, 2).await;
+    let before = snapshot(env.inner_store.as_ref()).await;
+    let ledgers_before = env.cluster.ledger_ids();
+
+    // 1. The CAS fails (injected): the new ledger is deleted through the resolver.
+    env.store
+        .fail_writes_matching(PATH, 1, InjectedFailure::Unavailable);
+    let next_id = env.cluster.next_ledger_id();
+    let err = ml.rollover().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Metadata, "{err}");
+    assert!(!env.cluster.contains_ledger(next_id));
+    assert_eq!(hooks.resolver.ledger_calls(next_id), 1);
+    assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
+
+    // 2. The S4 provider fails: the new ledger is deleted, nothing recorded.
+    hooks.stamper.set_failing(true);
+    let next_id = env.cluster.next_ledger_id();
+    let err = ml.rollover().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Hook, "{err}");
+    assert!(!env.cluster.contains_ledger(next_id));
+    assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
+    hooks.stamper.set_failing(false);
+
+    // 3. A cursor-ledger CAS fails: the cursor ledger is deleted too.
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    env.store
+        .fail_writes_matching(&format!("{PATH}/sub"), 1, InjectedFailure::BadVersion);
+    let next_id = env.cluster.next_ledger_id();
+    assert!(c.mark_delete(Position::new(0, 0)).await.is_err());
+    assert!(!env.cluster.contains_ledger(next_id));
+    assert_eq!(hooks.resolver.cursor_calls(next_id), 1);
+
+    // The managed ledger keeps working afterwards; no recorded ledger is unstamped.
+    let p = ml.append("after").await.unwrap();
+    assert!(p.ledger_id > 0);
+    for (path, v, _) in snapshot(env.inner_store.as_ref()).await {
+        if path == PATH {
+            for li in decode_managed_ledger_info(&v).unwrap().ledger_info {
+                assert_eq!(li.cluster_stamp().unwrap(), Some("bk-a"));
+                assert!(env.cluster.contains_ledger(li.ledger_id));
+            }
+        }
+    }
+    // Only recorded ledgers remain on the cluster (plus the sealed one).
+    let recorded = ml.ledger_ids();
+    for id in env.cluster.ledger_ids() {
+        assert!(
+            recorded.contains(&id) || ledgers_before.contains(&id) || id == c.cursor_ledger_id(),
+            "orphan ledger {id} left on the cluster"
+        );
+    }
+}
+
+#[tokio::test]
+async fn resolver_is_consulted_once_per_handle_open_on_every_path() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let config = small_config().with_hooks(hooks.storage_hooks());
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    append_n(&ml, 0, 7).await; // ledgers 0,1 full; 2 current (cursor has none yet)
+    let ids = ml.ledger_ids();
+    assert_eq!(ids.len(), 3);
+    // Data reads: the sealed ledgers' handles are reused from the writer, so
+    // reading them twice resolves nothing; the current ledger is read through
+    // its write handle.
+    for _ in 0..2 {
+        let all = ml
+            .read_entries(Position::new(ids[0], 0), 100)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 7);
+    }
+    assert_eq!(hooks.resolver.total_calls(), 0);
+    c.mark_delete(Position::new(ids[0], 1)).await.unwrap();
+    let cursor_ledger = c.cursor_ledger_id();
+    drop((ml, c));
+
+    // Reopen (new factory): last-ledger recovery resolves the last ledger once;
+    // cursor recovery resolves the cursor ledger once.
+    hooks.resolver.reset();
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    assert_eq!(hooks.resolver.ledger_calls(ids[2]), 1);
+    assert_eq!(hooks.resolver.cursor_calls(cursor_ledger), 1);
+    // Reading old ledgers opens a handle each: once per ledger, however often.
+    for _ in 0..3 {
+        ml.read_entries(Position::new(ids[0], 0), 100)
+            .await
+            .unwrap();
+    }
+    assert_eq!(hooks.resolver.ledger_calls(ids[0]), 1);
+    assert_eq!(hooks.resolver.ledger_calls(ids[1]), 1);
+    assert_eq!(
+        hooks.resolver.ledger_calls(ids[2]),
+        1,
+        "recovered handle reused"
+    );
+
+    // Cursor-ledger delete after rollover goes through the cursor resolver.
+    let c = ml.cursor("sub").unwrap();
+    c.mark_delete(Position::new(ids[1], 2)).await.unwrap();
+    assert_ne!(c.cursor_ledger_id(), cursor_ledger);
+    assert_eq!(hooks.resolver.cursor_calls(cursor_ledger), 2);
+    assert!(!env.cluster.contains_ledger(cursor_ledger));
+
+    // Trim deletes through the resolver (once more per trimmed ledger).
+    let trimmed = ml.trim_consumed_ledgers().await.unwrap();
+    assert_eq!(trimmed, vec![ids[0], ids[1]]);
+    assert_eq!(hooks.resolver.ledger_calls(ids[0]), 2);
+    assert_eq!(hooks.resolver.ledger_calls(ids[1]), 2);
+    assert!(!env.cluster.contains_ledger(ids[0]));
+
+    // Delete of the managed ledger: every ledger and the cursor ledger resolved.
+    let cl = c.cursor_ledger_id();
+    let before = hooks.resolver.cursor_calls(cl);
+    let ledgers = ml.ledger_ids();
+    ml.delete().await.unwrap();
+    assert_eq!(hooks.resolver.cursor_calls(cl), before + 1);
+    for id in ledgers {
+        assert!(hooks.resolver.ledger_calls(id) >= 1);
+        assert!(!env.cluster.contains_ledger(id));
+    }
+    assert!(env.inner_store.get(PATH).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn empty_last_ledger_is_dropped_and_deleted_through_the_resolver() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let config = small_config().with_hooks(hooks.storage_hooks());
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let empty = ml.current_ledger_id().unwrap();
+    drop(ml);
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    assert!(!ml.ledger_ids().contains(&empty));
+    assert!(!env.cluster.contains_ledger(empty));
+    assert_eq!(hooks.resolver.ledger_calls(empty), 2); // recovery open + delete
+}
+
+#[tokio::test]
+async fn reopen_after_crash_recovers_entries_and_cursor_positions() {
+    let env = Env::new();
+    let config = small_config();
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let a = ml
+        .open_cursor_at("a", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let b = ml
+        .open_cursor_at("b", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let positions = append_n(&ml, 0, 11).await;
+    for p in &positions[..6] {
+        a.mark_delete(*p).await.unwrap();
+    }
+    b.mark_delete(positions[1]).await.unwrap();
+    b.delete(&[positions[4], positions[5], positions[7]])
+        .await
+        .unwrap();
+    let b_ranges = b.individually_deleted_ranges();
+    assert_eq!(b.mark_delete_position(), positions[1]);
+    // Crash: drop without close.
+    drop((ml, a, b));
+
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let all = ml.read_entries(positions[0], 100).await.unwrap();
+    assert_eq!(all.len(), 11);
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(e.position, positions[i]);
+        assert_eq!(e.data.as_ref(), payload(i).as_slice());
+    }
+    let a = ml.cursor("a").unwrap();
+    let b = ml.cursor("b").unwrap();
+    assert_eq!(a.mark_delete_position(), positions[5]);
+    assert_eq!(b.mark_delete_position(), positions[1]);
+    assert_eq!(b.individually_deleted_ranges(), b_ranges);
+    // b reads 2, 3, 6, 8, 9, 10 (4, 5, 7 individually deleted).
+    let got: Vec<_> = b
+        .read_entries(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.position)
+        .collect();
+    let want: Vec<_> = [2, 3, 6, 8, 9, 10].iter().map(|i| positions[*i]).collect();
+    assert_eq!(got, want);
+    // Deleting 2 and 3 advances the mark-delete position over 4 and 5.
+    b.delete(&[positions[2], positions[3]]).await.unwrap();
+    assert_eq!(b.mark_delete_position(), positions[5]);
+    // New appends continue after the recovered entries.
+    let p = ml.append("more").await.unwrap();
+    assert!(p > positions[10]);
+}
+
+#[tokio::test]
+async fn switching_the_supplier_moves_new_ledgers_to_the_new_cluster() {
+    let env = Env::new();
+    let new_cluster = MemoryCluster::new("bk-b");
+    new_cluster.advance_ledger_id_to(1000).unwrap();
+    let new_client: Arc<dyn BookKeeper> = Arc::new(new_cluster.client());
+    let hooks = Hooks::new(env.client());
+    hooks.resolver.add_client(new_client.clone());
+    let config = small_config().with_hooks(hooks.storage_hooks());
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let old = append_n(&ml, 0, 4).await;
+    c.mark_delete(old[0]).await.unwrap();
+    let old_cursor_ledger = c.cursor_ledger_id();
+    assert!(env.cluster.contains_ledger(old_cursor_ledger));
+
+    hooks.supplier.switch_to(new_client);
+    ml.rollover().await.unwrap();
+    let new = append_n(&ml, 4, 4).await;
+    c.roll_cursor_ledger().await.unwrap();
+    for p in &old {
+        assert!(env.cluster.contains_ledger(p.ledger_id));
+    }
+    for p in &new {
+        assert!(new_cluster.contains_ledger(p.ledger_id), "{p}");
+        assert!(!env.cluster.contains_ledger(p.ledger_id));
+    }
+    assert!(new_cluster.contains_ledger(c.cursor_ledger_id()));
+    assert!(!env.cluster.contains_ledger(old_cursor_ledger));
+    let (info, _) = c.metadata().await;
+    assert_eq!(info.cluster_stamp().unwrap(), Some("bk-b"));
+    drop((ml, c));
+
+    // After a restart, old ledgers are still read from the old cluster.
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let all = ml.read_entries(old[0], 100).await.unwrap();
+    assert_eq!(all.len(), 8);
+    let (info, _) = ml.metadata();
+    for li in &info.ledger_info {
+        let stamp = li.cluster_stamp().unwrap().unwrap();
+        let on_a = env.cluster.contains_ledger(li.ledger_id);
+        assert_eq!(stamp == "bk-a", on_a, "ledger {}", li.ledger_id);
+    }
+    assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), old[0]);
+}
+
+#[tokio::test]
+async fn second_owner_fences_the_first() {
+    let env = Env::new();
+    let config = small_config().with_max_entries_per_ledger(100);
+    let first = env.factory().open(NAME, config.clone()).await.unwrap();
+    let acked = append_n(&first, 0, 5).await;
+    let second = env.factory().open(NAME, config).await.unwrap();
+    let err = first.append("late").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert!(err.to_string().contains(NAME));
+    assert!(first.is_fenced());
+    // Later operations keep failing fenced; rollover's CAS would too.
+    assert_eq!(
+        first.rollover().await.unwrap_err().kind(),
+        ErrorKind::Fenced
+    );
+    let all = second.read_entries(acked[0], 100).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.position).collect::<Vec<_>>(), acked);
+    second.append("new owner").await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_owner_metadata_cas_is_treated_as_fenced() {
+    let env = Env::new();
+    let config = small_config();
+    let first = env.factory().open(NAME, config.clone()).await.unwrap();
+    first.append("x").await.unwrap();
+    let _second = env.factory().open(NAME, config).await.unwrap();
+    // The first owner's next metadata write (terminate) loses the CAS or finds
+    // its ledger fenced: either way it is fenced.
+    let err = first.terminate().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_without_changing_metadata() {
+    let env = Env::new();
+    let factory = env.factory();
+    for bad in ["", "a//b", "/a/b", "a/b/", "a/./b", "a/../b", "a/b\u{7}"] {
+        let err = factory.open(bad, small_config()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+    }
+    assert!(snapshot(env.inner_store.as_ref()).await.is_empty());
+
+    let ml = factory.open(NAME, small_config()).await.unwrap();
+    let c = ml.open_cursor("sub").await.unwrap();
+    let ps = append_n(&ml, 0, 4).await;
+    let before = snapshot(env.inner_store.as_ref()).await;
+    let cases = [
+        Position::new(-1, 0),
+        Position::new(0, -5),
+        Position::new(777, 0),
+        Position::new(ps[3].ledger_id, ps[3].entry_id + 1),
+        Position::new(ps[0].ledger_id, 3), // ledger 0 has 3 entries
+    ];
+    for p in cases {
+        let err = ml.read_entries(p, 10).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+        assert!(err.to_string().contains(NAME));
+    }
+    for p in [
+        Position::new(-1, 0),
+        Position::new(ps[3].ledger_id, 99),
+        Position::new(9999, 0),
+    ] {
+        let err = c.mark_delete(p).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+        let err = c.delete(&[p]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+    }
+    assert_eq!(
+        ml.cursor("nope").unwrap_err().kind(),
+        ErrorKind::NoSuchCursor
+    );
+    assert_eq!(
+        ml.delete_cursor("nope").await.unwrap_err().kind(),
+        ErrorKind::NoSuchCursor
+    );
+    for bad in ["", "a/b", "..", "x\n"] {
+        assert_eq!(
+            ml.open_cursor(bad).await.unwrap_err().kind(),
+            ErrorKind::InvalidName
+        );
+    }
+    let err = c
+        .set_cursor_properties(&[(format!("{ATTR_KEY}x"), "v".into())])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
+}
+
+#[tokio::test]
+async fn trim_by_slowest_cursor_and_retention() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    // No retention: consumed ledgers go at once, never the current one.
+    let config = small_config().with_hooks(hooks.storage_hooks());
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let fast = ml
+        .open_cursor_at("fast", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let slow = ml
+        .open_cursor_at("slow", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 9).await; // ledgers L0 L1 L2 full, current L3 empty
+    fast.mark_delete(ps[8]).await.unwrap();
+    slow.mark_delete(ps[2]).await.unwrap(); // L0 consumed by both
+    let ids = ml.ledger_ids();
+    assert_eq!(ml.trim_consumed_ledgers().await.unwrap(), vec![ids[0]]);
+    assert_eq!(hooks.resolver.ledger_calls(ids[0]), 1);
+    assert!(!env.cluster.contains_ledger(ids[0]));
+    slow.mark_delete(ps[8]).await.unwrap();
+    ml.rollover().await.unwrap();
+    let trimmed = ml.trim_consumed_ledgers().await.unwrap();
+    assert!(trimmed.contains(&ids[1]) && trimmed.contains(&ids[2]));
+    assert!(ml.current_ledger_id().is_some());
+    assert!(!trimmed.contains(&ml.current_ledger_id().unwrap()));
+    // Reading a trimmed ledger is a clear error.
+    let err = ml.read_entries(ps[0], 1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidPosition);
+
+    // Time retention: kept until old enough.
+    let env = Env::new();
+    let config = small_config().with_retention(Some(Duration::from_secs(60)), None);
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let c = ml
+        .open_cursor_at("c", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 6).await;
+    c.mark_delete(ps[5]).await.unwrap();
+    ml.rollover().await.unwrap();
+    assert!(ml.trim_consumed_ledgers().await.unwrap().is_empty());
+    env.clock.advance(61_000);
+    assert_eq!(ml.trim_consumed_ledgers().await.unwrap().len(), 2);
+
+    // Size retention: keep the newest ledgers within the size limit.
+    let env = Env::new();
+    let config = small_config().with_retention(None, Some(12));
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let c = ml
+        .open_cursor_at("c", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 9).await; // three ledgers of 12 bytes
+    c.mark_delete(ps[8]).await.unwrap();
+    ml.rollover().await.unwrap();
+    let trimmed = ml.trim_consumed_ledgers().await.unwrap();
+    assert_eq!(trimmed.len(), 2, "{trimmed:?}");
+    assert!(ml.ledger_ids().contains(&ps[8].ledger_id));
+}
+
+#[tokio::test]
+async fn cursor_properties_primitive_changes_only_cursor_properties() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let ml = env
+        .factory()
+        .open(NAME, small_config().with_hooks(hooks.storage_hooks()))
+        .await
+        .unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 3).await;
+    c.mark_delete(ps[0]).await.unwrap();
+    c.delete(&[ps[2]]).await.unwrap();
+    let cursor_path = format!("{PATH}/sub");
+    let before = env.inner_store.get(&cursor_path).await.unwrap().unwrap();
+    let ledger = c.cursor_ledger_id();
+
+    // Mismatch: refused, nothing written.
+    let err = c
+        .update_cursor_properties(ledger + 1, |p| p.clear())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CursorRolledOver, "{err}");
+    assert_eq!(
+        env.inner_store.get(&cursor_path).await.unwrap().unwrap(),
+        before
+    );
+
+    c.update_cursor_properties(ledger, |props| {
+        for p in props.iter_mut() {
+            if p.name == ATTR_KEY {
+                p.value = "bk-b".into();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let after = env.inner_store.get(&cursor_path).await.unwrap().unwrap();
+    let mut a = decode_managed_cursor_info(&before.value).unwrap();
+    let mut b = decode_managed_cursor_info(&after.value).unwrap();
+    assert_eq!(b.cluster_stamp().unwrap(), Some("bk-b"));
+    assert_eq!(after.stat.version, before.stat.version + 1);
+    a.cursor_properties.clear();
+    b.cursor_properties.clear();
+    assert_eq!(a.encode_to_vec(), b.encode_to_vec());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cursor_properties_updates_serialise_with_mark_deletes() {
+    let env = Env::new();
+    let config = small_config().with_max_entries_per_ledger(1000);
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 40).await;
+    c.mark_delete(ps[0]).await.unwrap();
+    let mut tasks = Vec::new();
+    for (i, p) in ps.iter().enumerate().skip(1) {
+        let c1 = c.clone();
+        let p = *p;
+        tasks.push(tokio::spawn(
+            async move { c1.mark_delete(p).await.map(|_| ()) },
+        ));
+        let c2 = c.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let expected = c2.cursor_ledger_id();
+                match c2
+                    .update_cursor_properties(expected, move |props| {
+                        bkswitch_managed_ledger_props(props, i)
+                    })
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.kind() == ErrorKind::CursorRolledOver => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(c.mark_delete_position(), ps[39]);
+    drop((ml, c));
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    let c = ml.cursor("sub").unwrap();
+    assert_eq!(c.mark_delete_position(), ps[39]);
+    let props = c.cursor_properties().await;
+    assert_eq!(props.len(), 1);
+}
+
+fn bkswitch_managed_ledger_props(props: &mut Vec<bkswitch_proto::ml::StringProperty>, i: usize) {
+    props.retain(|p| p.name != "k");
+    props.push(bkswitch_proto::ml::StringProperty {
+        name: "k".into(),
+        value: i.to_string(),
+    });
+}
+
+#[tokio::test]
+async fn terminate_close_and_compressed_metadata() {
+    let env = Env::new();
+    let config = small_config().with_metadata_compression(
+        bkswitch_proto::ml::CompressionType::Zstd,
+        bkswitch_proto::ml::CompressionType::Lz4,
+    );
+    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 5).await;
+    c.mark_delete(ps[2]).await.unwrap();
+    assert_eq!(ml.terminate().await.unwrap(), ps[4]);
+    let err = ml.append("x").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Terminated);
+    ml.close().await.unwrap();
+    assert_eq!(ml.append("x").await.unwrap_err().kind(), ErrorKind::Closed);
+
+    let raw = env.inner_store.get(PATH).await.unwrap().unwrap().value;
+    assert_ne!(
+        raw,
+        decode_managed_ledger_info(&raw).unwrap().encode_to_vec()
+    );
+    let ml = env.factory().open(NAME, config).await.unwrap();
+    assert_eq!(ml.terminated_position(), Some(ps[4]));
+    assert_eq!(ml.read_entries(ps[0], 10).await.unwrap().len(), 5);
+    assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[2]);
+    let err: ManagedLedgerError = ml.append("y").await.unwrap_err();
+    assert!(err.to_string().contains("terminated"));
+}
+
+#[tokio::test]
+async fn user_cursor_properties_keep_reserved_keys() {
+    let env = Env::new();
+    let hooks = Hooks::new(env.client());
+    let ml = env
+        .factory()
+        .open(NAME, small_config().with_hooks(hooks.storage_hooks()))
+        .await
+        .unwrap();
+    let c = ml.open_cursor("sub").await.unwrap();
+    ml.append("a").await.unwrap();
+    c.mark_delete(ml.last_confirmed()).await.unwrap();
+    c.set_cursor_properties(&[("owner".into(), "me".into())])
+        .await
+        .unwrap();
+    assert_eq!(
+        c.cursor_properties().await,
+        vec![("owner".to_string(), "me".to_string())]
+    );
+    let (info, _) = c.metadata().await;
+    assert_eq!(info.cluster_stamp().unwrap(), Some("bk-a"));
+    let _ = ManagedLedgerFactory::metadata_path(NAME);
+    let _ = ManagedLedgerConfig::default();
+}
