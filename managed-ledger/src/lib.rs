@@ -10,9 +10,8 @@ mod name;
 mod position;
 pub mod testing;
 
-// Module owners while the crate is being built: `schema` is written separately
-// from the managed ledger / cursor modules; keep edits inside your own files.
 pub mod schema;
+mod storage;
 
 pub use clock::{Clock, SystemClock};
 pub use cursor::{InitialPosition, ManagedCursor};
@@ -20,3 +19,4 @@ pub use error::{ErrorKind, ManagedLedgerError, Result};
 pub use ledger::{ManagedLedger, ManagedLedgerFactory};
 pub use name::{validate_cursor_name, validate_managed_ledger_name};
 pub use position::{Entry, Position};
+pub use storage::{BookKeeperStorage, BookKeeperStorageClass, DEFAULT_STORAGE_CLASS};
