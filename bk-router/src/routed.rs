@@ -1,0 +1,360 @@
+//! [`RoutedClient`]: the thin [`BookKeeper`] wrapper the router hands out, and
+//! the handle wrapper that counts open handles per cluster (invariant I5).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bkswitch_bk_client::{
+    BkError, BkErrorKind, BookKeeper, DigestType, EntryId, LedgerConfig, LedgerEntry, LedgerId,
+    LedgerMetadata, ReadHandle, Result, WriteHandle,
+};
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+/// Shared per-cluster state: whether the cluster is active and which handles
+/// are open on it.
+#[derive(Debug)]
+pub(crate) struct ClusterState {
+    pub(crate) name: Box<str>,
+    active: AtomicBool,
+    pub(crate) connecting: AtomicBool,
+    next_handle: AtomicU64,
+    handles: Mutex<HashMap<u64, LedgerId>>,
+}
+
+impl ClusterState {
+    pub(crate) fn new(name: &str) -> ClusterState {
+        ClusterState {
+            name: name.into(),
+            active: AtomicBool::new(false),
+            connecting: AtomicBool::new(false),
+            next_handle: AtomicU64::new(0),
+            handles: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_active(&self, active: bool) {
+        self.active.store(active, Ordering::Release);
+    }
+
+    /// The ledger ids of the open handles, sorted (one entry per handle).
+    pub(crate) fn open_handles(&self) -> Vec<LedgerId> {
+        let mut ids: Vec<LedgerId> = self.handles.lock().values().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn register(&self, ledger_id: LedgerId) -> u64 {
+        let id = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(id, ledger_id);
+        id
+    }
+
+    fn release(&self, handle: u64) {
+        self.handles.lock().remove(&handle);
+    }
+}
+
+/// The client the router hands out for one cluster.
+///
+/// - [`cluster_name`](BookKeeper::cluster_name) is the **registered** name of
+///   the cluster, so the S4 stamp always names a cluster the resolver knows.
+/// - While the cluster is not the active one, every open, delete and read of a
+///   handle opened through it is bounded by the storage's
+///   `old_ledger_read_timeout`; a timeout, or an unreachable cluster, yields a
+///   retryable [`BkError`] naming the cluster and the ledger (SPEC §5 item 4).
+///   Operations of the active cluster are passed through untouched.
+/// - Every handle it returns is counted on its cluster until closed or dropped,
+///   so that the client is never closed under an open read (invariant I5).
+pub struct RoutedClient {
+    state: Arc<ClusterState>,
+    inner: Arc<dyn BookKeeper>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for RoutedClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RoutedClient")
+            .field("cluster", &self.state.name)
+            .field("active", &self.state.is_active())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl RoutedClient {
+    pub(crate) fn new(
+        state: Arc<ClusterState>,
+        inner: Arc<dyn BookKeeper>,
+        timeout: Duration,
+    ) -> RoutedClient {
+        RoutedClient {
+            state,
+            inner,
+            timeout,
+        }
+    }
+
+    /// The wrapped client.
+    pub fn inner(&self) -> &Arc<dyn BookKeeper> {
+        &self.inner
+    }
+
+    fn track<H: ?Sized>(&self, ledger_id: LedgerId, handle: Arc<H>) -> TrackedHandle<H> {
+        TrackedHandle::new(self.state.clone(), ledger_id, handle, self.timeout)
+    }
+}
+
+/// Runs `fut`, bounded by `timeout` unless the cluster is active; maps a
+/// timeout or an unreachable cluster to a structured, retryable error.
+async fn guarded<T>(
+    state: &ClusterState,
+    timeout: Duration,
+    op: &'static str,
+    ledger_id: LedgerId,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    if state.is_active() {
+        return fut.await;
+    }
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) if e.is_retryable() => Err(locate(e, state, ledger_id)),
+        Ok(Err(e)) => Err(e),
+        Err(_elapsed) => Err(BkError::new(
+            BkErrorKind::Timeout,
+            format!(
+                "{op} of ledger {ledger_id} on bookie cluster '{}' did not complete within \
+                 {} ms (old_ledger_read_timeout); the cluster may be down",
+                state.name,
+                timeout.as_millis()
+            ),
+        )
+        .with_cluster(&*state.name)
+        .with_ledger(ledger_id)),
+    }
+}
+
+#[cold]
+fn locate(mut e: BkError, state: &ClusterState, ledger_id: LedgerId) -> BkError {
+    if e.cluster().is_none() {
+        e = e.with_cluster(&*state.name);
+    }
+    if e.ledger_id().is_none() {
+        e = e.with_ledger(ledger_id);
+    }
+    e
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl BookKeeper for RoutedClient {
+    fn cluster_name(&self) -> &str {
+        &self.state.name
+    }
+
+    async fn create_ledger(&self, config: &LedgerConfig) -> Result<Arc<dyn WriteHandle>> {
+        let handle = self.inner.create_ledger(config).await?;
+        let id = handle.id();
+        Ok(Arc::new(self.track(id, handle)))
+    }
+
+    async fn create_ledger_adv(
+        &self,
+        ledger_id: LedgerId,
+        config: &LedgerConfig,
+    ) -> Result<Arc<dyn WriteHandle>> {
+        let fut = self.inner.create_ledger_adv(ledger_id, config);
+        let handle = guarded(&self.state, self.timeout, "create", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle)))
+    }
+
+    async fn open_ledger(
+        &self,
+        ledger_id: LedgerId,
+        digest_type: DigestType,
+        password: &[u8],
+    ) -> Result<Arc<dyn ReadHandle>> {
+        let fut = self.inner.open_ledger(ledger_id, digest_type, password);
+        let handle = guarded(&self.state, self.timeout, "open", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle)))
+    }
+
+    async fn open_ledger_no_recovery(
+        &self,
+        ledger_id: LedgerId,
+        digest_type: DigestType,
+        password: &[u8],
+    ) -> Result<Arc<dyn ReadHandle>> {
+        let fut = self
+            .inner
+            .open_ledger_no_recovery(ledger_id, digest_type, password);
+        let handle = guarded(&self.state, self.timeout, "open", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle)))
+    }
+
+    async fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
+        let fut = self.inner.delete_ledger(ledger_id);
+        guarded(&self.state, self.timeout, "delete", ledger_id, fut).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// A handle opened through a [`RoutedClient`]: counted on its cluster until
+/// closed or dropped; reads bounded by the timeout while the cluster is not
+/// active. On the active cluster a read returns the inner handle's future
+/// itself (no extra allocation).
+pub(crate) struct TrackedHandle<H: ?Sized> {
+    state: Arc<ClusterState>,
+    slot: u64,
+    released: AtomicBool,
+    ledger_id: LedgerId,
+    timeout: Duration,
+    inner: Arc<H>,
+}
+
+impl<H: ?Sized> TrackedHandle<H> {
+    fn new(
+        state: Arc<ClusterState>,
+        ledger_id: LedgerId,
+        inner: Arc<H>,
+        timeout: Duration,
+    ) -> TrackedHandle<H> {
+        let slot = state.register(ledger_id);
+        TrackedHandle {
+            state,
+            slot,
+            released: AtomicBool::new(false),
+            ledger_id,
+            timeout,
+            inner,
+        }
+    }
+
+    fn release(&self) {
+        if !self.released.swap(true, Ordering::AcqRel) {
+            self.state.release(self.slot);
+        }
+    }
+}
+
+impl<H: ?Sized> Drop for TrackedHandle<H> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl<H: ?Sized> fmt::Debug for TrackedHandle<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TrackedHandle")
+            .field("cluster", &self.state.name)
+            .field("ledger_id", &self.ledger_id)
+            .finish()
+    }
+}
+
+type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<H: ReadHandle + ?Sized> ReadHandle for TrackedHandle<H> {
+    fn id(&self) -> LedgerId {
+        self.inner.id()
+    }
+
+    fn metadata(&self) -> LedgerMetadata {
+        self.inner.metadata()
+    }
+
+    fn read_entries<'life0, 'async_trait>(
+        &'life0 self,
+        first: EntryId,
+        last: EntryId,
+    ) -> Fut<'async_trait, Vec<LedgerEntry>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        if self.state.is_active() {
+            self.inner.read_entries(first, last)
+        } else {
+            Box::pin(guarded(
+                &self.state,
+                self.timeout,
+                "read",
+                self.ledger_id,
+                self.inner.read_entries(first, last),
+            ))
+        }
+    }
+
+    fn read_unconfirmed<'life0, 'async_trait>(
+        &'life0 self,
+        first: EntryId,
+        last: EntryId,
+    ) -> Fut<'async_trait, Vec<LedgerEntry>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        if self.state.is_active() {
+            self.inner.read_unconfirmed(first, last)
+        } else {
+            Box::pin(guarded(
+                &self.state,
+                self.timeout,
+                "read",
+                self.ledger_id,
+                self.inner.read_unconfirmed(first, last),
+            ))
+        }
+    }
+
+    fn last_add_confirmed(&self) -> EntryId {
+        self.inner.last_add_confirmed()
+    }
+
+    async fn read_last_add_confirmed(&self) -> Result<EntryId> {
+        let fut = self.inner.read_last_add_confirmed();
+        guarded(&self.state, self.timeout, "read LAC", self.ledger_id, fut).await
+    }
+
+    fn length(&self) -> u64 {
+        self.inner.length()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    async fn close(&self) -> Result<()> {
+        let result = self.inner.close().await;
+        self.release();
+        result
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+impl WriteHandle for TrackedHandle<dyn WriteHandle> {
+    fn add_entry(&self, data: Bytes) -> Fut<'static, EntryId> {
+        self.inner.add_entry(data)
+    }
+
+    fn add_entry_at(&self, entry_id: EntryId, data: Bytes) -> Fut<'static, EntryId> {
+        self.inner.add_entry_at(entry_id, data)
+    }
+}

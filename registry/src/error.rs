@@ -1,0 +1,96 @@
+//! The one error type of the crate.
+
+use bkswitch_metadata_store::MetadataError;
+
+/// Result alias of the crate.
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// Error of every registry operation.
+///
+/// Bad input (invalid name or URI, collision, unknown or deprecated cluster,
+/// refusing to unregister the ACTIVE cluster) never changes the store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The cluster is not registered.
+    #[error("bookie cluster `{name}` is not registered; list the registered clusters and check the name, or register it first")]
+    NotFound {
+        /// The unknown cluster.
+        name: String,
+    },
+    /// A cluster with this name is already registered.
+    #[error(
+        "bookie cluster `{name}` is already registered; unregister it first or choose another name"
+    )]
+    AlreadyExists {
+        /// The registered cluster.
+        name: String,
+    },
+    /// The cluster name breaks the name rules.
+    #[error("invalid bookie cluster name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name.
+        name: String,
+        /// The broken rule.
+        reason: String,
+    },
+    /// The metadata-service URI is not accepted.
+    #[error("invalid metadata service URI {uri:?}: {reason}")]
+    InvalidUri {
+        /// The offending URI.
+        uri: String,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// The URI names the same BookKeeper cluster as a registered one.
+    #[error("metadata service URI `{uri}` collides with bookie cluster `{existing}` (`{existing_uri}`): {reason}; use the registered cluster or a different ledgers root")]
+    UriCollision {
+        /// The refused URI.
+        uri: String,
+        /// The registered cluster it collides with.
+        existing: String,
+        /// That cluster's URI.
+        existing_uri: String,
+        /// Why they collide.
+        reason: String,
+    },
+    /// The operation is refused because the cluster is (or is becoming) ACTIVE.
+    #[error("bookie cluster `{name}` is the ACTIVE cluster (or being promoted); switch to another cluster and finish the cleanup first")]
+    ActiveCluster {
+        /// The ACTIVE cluster.
+        name: String,
+    },
+    /// Registering a cluster as ACTIVE while another cluster is ACTIVE.
+    #[error("cannot register `{name}` as ACTIVE: bookie cluster `{active}` is ACTIVE; register it as STANDBY and switch to it")]
+    AnotherActive {
+        /// The cluster that was to be registered.
+        name: String,
+        /// The cluster that is ACTIVE.
+        active: String,
+    },
+    /// The cluster is DEPRECATED and cannot be switched to or promoted.
+    #[error("bookie cluster `{name}` is DEPRECATED; it cannot become the target again: register the cluster under a new name")]
+    Deprecated {
+        /// The deprecated cluster.
+        name: String,
+    },
+    /// A compare-and-set kept losing against concurrent writers.
+    #[error("`{path}` kept changing concurrently ({attempts} compare-and-set attempts lost); retry later")]
+    Conflict {
+        /// The contended path.
+        path: String,
+        /// How many attempts were made.
+        attempts: usize,
+    },
+    /// A stored value cannot be understood.
+    #[error("corrupt registry node `{path}`: {reason}; repair or delete the node by hand")]
+    Corrupt {
+        /// The path of the node.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The metadata store failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}

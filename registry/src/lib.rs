@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod election;
+mod error;
+pub mod idgen;
+mod model;
+mod registry;
+pub mod uri;
+mod watcher;
+
+pub use election::{LeaderElection, ELECTION_RETRY_DELAY};
+pub use error::{RegistryError, Result};
+pub use idgen::{
+    next_ledger_id_from_layout, IdgenSource, MemoryIdgenSource, PrecheckResult, ZkIdgenSource,
+    MAX_AT_RISK_LISTED,
+};
+pub use model::{BootstrapMarker, ClusterRecord, ClusterStatus, SwitchDirective};
+pub use registry::{validate_name, Registry, DEFAULT_ROOT, MAX_CAS_ATTEMPTS, RESERVED_NAMES};
+pub use uri::{ClusterUri, DEFAULT_LEDGERS_ROOT, DEFAULT_ZK_PORT};
+pub use watcher::{RegistryEvent, RegistryWatcher, WATCH_RETRY_DELAY};
