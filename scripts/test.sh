@@ -37,7 +37,7 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 cargo --version
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bkswitch/target}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/bkswitch/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # ZooKeeper-backed tests must run, never skip: the harness panics if it cannot
 # start a server.
