@@ -2,17 +2,35 @@
 
 use std::sync::{Arc, Weak};
 
-use bkswitch_bk_client::{BookKeeperExt, LedgerId, ReadHandle, WriteHandle};
+use bkswitch_bk_client::{BookKeeperExt, EntryId, LedgerId, ReadHandle, WriteHandle};
 use bkswitch_metadata_store::{ErrorKind as MdErrorKind, ExpectedVersion};
 use bkswitch_mledger_spi::LedgerPurpose;
 use bkswitch_proto::codec::{decode_managed_cursor_info, encode_managed_cursor_info};
 use bkswitch_proto::ml::{ManagedCursorInfo, MessageRange, PositionInfo, StringProperty};
-use bkswitch_proto::{attribution::is_reserved_key, Message, RESERVED_PREFIX};
+use bkswitch_proto::{attribution::is_reserved_key, Message, Stamped, RESERVED_PREFIX};
 
 use crate::ctx::{merge_string_properties, Ctx};
 use crate::error::{ManagedLedgerError, Result};
 use crate::ledger::MlInner;
 use crate::position::{Entry, Position};
+
+/// What [`ManagedCursor::promote_cursor_ledger`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorPromotion {
+    /// The cursor ledger was already stamped with the target cluster.
+    AlreadyOnTarget,
+    /// The stamp now names the target cluster; nothing else changed.
+    Promoted {
+        /// The cursor metadata version written.
+        version: i64,
+    },
+    /// The cursor had advanced past the copy and rolled over onto a new ledger
+    /// on the target cluster.
+    RolledOver {
+        /// The new cursor ledger.
+        new_ledger_id: LedgerId,
+    },
+}
 
 /// Where a new cursor starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -804,6 +822,127 @@ impl ManagedCursor {
         meta.info = info;
         meta.version = version;
         Ok((meta.info.clone(), version))
+    }
+
+    /// Moves the cursor's ledger to `target_cluster` after the coordinator
+    /// copied it there (the owner side of a cursor PROMOTE, invariants I9 and
+    /// I13). Runs under the cursor lock, so no mark-delete interleaves.
+    ///
+    /// `expected_cursors_ledger_id` is the cursor ledger the coordinator copied
+    /// and `copied_last_entry_id` the last entry id of its copy.
+    ///
+    /// - The stamp already names `target_cluster`: nothing to do,
+    ///   [`CursorPromotion::AlreadyOnTarget`].
+    /// - The ledger holds exactly the copied entries: one compare-and-set
+    ///   changing only the stamp ([`CursorPromotion::Promoted`]). The cursor then
+    ///   stops appending to that ledger (its write handle, on the old cluster, is
+    ///   closed), so no position is ever written to a ledger whose stamp names
+    ///   another cluster: the next persist rolls onto a new cursor ledger created
+    ///   through S1 on the active cluster.
+    /// - The ledger holds entries beyond the copy (the cursor is live and
+    ///   acknowledged since the copy was taken): promoting the stale copy would
+    ///   rewind the cursor on recovery, so the cursor rolls over instead onto a
+    ///   new ledger on `target_cluster` holding the latest position
+    ///   ([`CursorPromotion::RolledOver`]). The copy under the old id on the
+    ///   target is then unreferenced and the caller deletes it.
+    ///
+    /// Rolling over rather than sealing and copying the tail is deliberate: a
+    /// copy made by the coordinator is closed, so the tail could only be added by
+    /// deleting and re-creating the copy (which real bookies may refuse for a
+    /// while after fencing), whereas a rollover is the cursor's ordinary
+    /// durable path and takes one ledger creation and one compare-and-set.
+    ///
+    /// # Errors
+    ///
+    /// [`ManagedLedgerError::CursorRolledOver`] when the recorded cursor ledger
+    /// is not `expected_cursors_ledger_id` (nothing written);
+    /// [`ManagedLedgerError::NotOnActiveCluster`] when a rollover is needed but
+    /// this node does not create ledgers on `target_cluster` yet (retryable);
+    /// [`ManagedLedgerError::CorruptMetadata`] for a duplicated stamp;
+    /// [`ManagedLedgerError::Closed`]; client, store and hook errors.
+    pub async fn promote_cursor_ledger(
+        &self,
+        expected_cursors_ledger_id: LedgerId,
+        copied_last_entry_id: EntryId,
+        target_cluster: &str,
+    ) -> Result<CursorPromotion> {
+        let inner = &self.inner;
+        let mut meta = inner.meta.lock().await;
+        inner.check_open(&meta)?;
+        if meta.info.cursors_ledger_id != expected_cursors_ledger_id {
+            return Err(ManagedLedgerError::CursorRolledOver {
+                name: inner.ctx.name.clone(),
+                cursor: inner.name.clone(),
+                expected: expected_cursors_ledger_id,
+                actual: meta.info.cursors_ledger_id,
+            });
+        }
+        let corrupt = |e: bkswitch_proto::StampError| ManagedLedgerError::CorruptMetadata {
+            what: format!(
+                "cursor '{}' of managed ledger '{}'",
+                inner.name, inner.ctx.name
+            ),
+            path: inner.path.clone(),
+            reason: e.to_string(),
+        };
+        if meta.info.cluster_stamp().map_err(corrupt)? == Some(target_cluster) {
+            return Ok(CursorPromotion::AlreadyOnTarget);
+        }
+        let id = meta.info.cursors_ledger_id;
+        let current_lac = match meta.ledger.as_ref().filter(|l| l.id == id) {
+            Some(l) => l.handle.last_add_confirmed(),
+            None if id < 0 => -1,
+            None => {
+                let client = inner.ctx.resolve_cursor(&inner.name, &meta.info)?;
+                let cfg = &inner.ctx.config;
+                let h = client
+                    .open_ledger_no_recovery(id, cfg.digest_type, &cfg.password)
+                    .await
+                    .map_err(|e| {
+                        ManagedLedgerError::client(
+                            format!(
+                                "reading cursor ledger {id} of cursor '{}' of managed ledger '{}' \
+                                 to promote it",
+                                inner.name, inner.ctx.name
+                            ),
+                            e,
+                        )
+                    })?;
+                let lac = h.last_add_confirmed();
+                let _ = h.close().await;
+                lac
+            }
+        };
+        if id >= 0 && current_lac == copied_last_entry_id {
+            let mut info = meta.info.clone();
+            info.set_cluster_stamp(target_cluster).map_err(corrupt)?;
+            let bytes = inner.encode(&info)?;
+            let version = inner.cas(&bytes, meta.version, false).await?;
+            meta.info = info;
+            meta.version = version;
+            if let Some(old) = meta.ledger.take() {
+                let _ = old.handle.close().await;
+            }
+            tracing::info!(managed_ledger = %inner.ctx.name, cursor = %inner.name,
+                ledger_id = id, cluster = target_cluster, "cursor ledger promoted");
+            return Ok(CursorPromotion::Promoted { version });
+        }
+        let active = inner.ctx.creation_client();
+        if active.cluster_name() != target_cluster {
+            return Err(ManagedLedgerError::NotOnActiveCluster {
+                name: inner.ctx.name.clone(),
+                cursor: inner.name.clone(),
+                target: target_cluster.to_owned(),
+                active: active.cluster_name().to_owned(),
+            });
+        }
+        let pi = inner.pos.lock().position_info();
+        inner.roll(&mut meta, pi).await?;
+        let new_ledger_id = meta.info.cursors_ledger_id;
+        tracing::info!(managed_ledger = %inner.ctx.name, cursor = %inner.name,
+            old_ledger = id, new_ledger = new_ledger_id, copied_last_entry_id, current_lac,
+            cluster = target_cluster, "cursor moved by rollover: it advanced past the copy");
+        Ok(CursorPromotion::RolledOver { new_ledger_id })
     }
 
     /// The user-visible cursor properties (reserved `_pulsar.` keys excluded).

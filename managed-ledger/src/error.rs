@@ -30,6 +30,8 @@ pub enum ErrorKind {
     NoSuchCursor,
     /// The cursor ledger is not the one the caller expected.
     CursorRolledOver,
+    /// This node does not create ledgers on the cluster an operation needs yet.
+    NotOnActiveCluster,
     /// A metadata compare-and-set lost against another writer.
     MetadataConflict,
     /// Stored metadata cannot be decoded or is inconsistent.
@@ -135,6 +137,23 @@ pub enum ManagedLedgerError {
         /// The cursor ledger id now recorded.
         actual: LedgerId,
     },
+    /// The operation needs a new ledger on `target`, but this node creates new
+    /// ledgers on `active` (it has not applied the switch yet).
+    #[error(
+        "cursor '{cursor}' of managed ledger '{name}' must move to bookie cluster \
+         '{target}', but this node creates ledgers on '{active}'; retry once the node \
+         has applied the switch"
+    )]
+    NotOnActiveCluster {
+        /// The managed ledger.
+        name: String,
+        /// The cursor.
+        cursor: String,
+        /// The cluster the operation targets.
+        target: String,
+        /// The cluster this node creates ledgers on.
+        active: String,
+    },
     /// A metadata compare-and-set lost against another writer.
     #[error("metadata of {what} changed concurrently at '{path}'; re-read it and retry")]
     MetadataConflict {
@@ -200,6 +219,7 @@ impl ManagedLedgerError {
             ManagedLedgerError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             ManagedLedgerError::NoSuchCursor { .. } => ErrorKind::NoSuchCursor,
             ManagedLedgerError::CursorRolledOver { .. } => ErrorKind::CursorRolledOver,
+            ManagedLedgerError::NotOnActiveCluster { .. } => ErrorKind::NotOnActiveCluster,
             ManagedLedgerError::MetadataConflict { .. } => ErrorKind::MetadataConflict,
             ManagedLedgerError::CorruptMetadata { .. } => ErrorKind::CorruptMetadata,
             ManagedLedgerError::Client { .. } => ErrorKind::Client,
@@ -216,6 +236,7 @@ impl ManagedLedgerError {
             ManagedLedgerError::Metadata { source, .. } => source.is_retryable(),
             ManagedLedgerError::Hook { source, .. } => source.is_retryable(),
             ManagedLedgerError::MetadataConflict { .. } => true,
+            ManagedLedgerError::NotOnActiveCluster { .. } => true,
             _ => false,
         }
     }

@@ -14,7 +14,7 @@ pub mod schema;
 mod storage;
 
 pub use clock::{Clock, SystemClock};
-pub use cursor::{InitialPosition, ManagedCursor};
+pub use cursor::{CursorPromotion, InitialPosition, ManagedCursor};
 pub use error::{ErrorKind, ManagedLedgerError, Result};
 pub use ledger::{ManagedLedger, ManagedLedgerFactory};
 pub use name::{validate_cursor_name, validate_managed_ledger_name};
