@@ -35,6 +35,13 @@ struct ElectionState {
 /// session. A candidate stops claiming leadership as soon as its connection is
 /// lost, so at most one live candidate leads at any time.
 ///
+/// When the create of the candidate node goes unanswered (the connection was
+/// lost: the node may or may not exist), the candidate does not create a
+/// second one blindly: it lists the children and adopts the lowest new
+/// ephemeral node whose value is its node id, creating one only when there is
+/// none. Node ids must therefore differ between live candidates (the store does
+/// not tell which session owns a node).
+///
 /// Dropping the value resigns in the background.
 #[derive(Debug)]
 pub struct LeaderElection {
@@ -69,8 +76,15 @@ impl Registry {
             node_id: node_id.to_owned(),
             dir,
             own: None,
+            pending: None,
         };
-        let first = candidate.step().await?;
+        let first = match candidate.step().await {
+            Ok(first) => first,
+            Err(e) => {
+                candidate.abandon().await;
+                return Err(e);
+            }
+        };
         let (state_tx, state_rx) = watch::channel(first);
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(candidate.run(watch_stream, state_tx, stop_rx));
@@ -158,25 +172,49 @@ struct Candidate {
     dir: String,
     /// The child name of this candidate's node, while it is known to exist.
     own: Option<String>,
+    /// The children listed before a create whose reply was lost, until the
+    /// node it may have made is looked for.
+    pending: Option<Vec<String>>,
 }
 
 impl Candidate {
     /// Makes sure this candidate has a node, then reads who leads.
     async fn step(&mut self) -> Result<ElectionState> {
-        let store = &self.registry.store;
+        let store = self.registry.store.clone();
         for _ in 0..crate::MAX_CAS_ATTEMPTS {
             let mut children = store.children(&self.dir).await?;
+            if let Some(before) = self.pending.take() {
+                match self.find_lost_create(&children, &before).await {
+                    Ok(found) => self.own = found,
+                    Err(e) => {
+                        self.pending = Some(before);
+                        return Err(e);
+                    }
+                }
+            }
             if !self.own.as_ref().is_some_and(|own| children.contains(own)) {
                 self.own = None;
-                let (path, _) = store
+                match store
                     .create(
                         &format!("{}/n-", self.dir),
                         self.node_id.as_bytes(),
                         CreateMode::EPHEMERAL_SEQUENTIAL,
                     )
-                    .await?;
-                let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-                self.own = Some(name);
+                    .await
+                {
+                    Ok((path, _)) => {
+                        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+                        self.own = Some(name);
+                    }
+                    Err(e) if e.kind() == ErrorKind::Unavailable => {
+                        // The reply was lost: the node may exist. Look for it
+                        // (next round) instead of creating a second one.
+                        tracing::debug!(error = %e, node = %self.node_id, "leader election: candidate create unanswered");
+                        self.pending = Some(children);
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
                 children = store.children(&self.dir).await?;
             }
             let Some(lowest) = children.iter().filter(|c| c.starts_with("n-")).min() else {
@@ -201,6 +239,52 @@ impl Candidate {
             path: self.dir.clone(),
             attempts: crate::MAX_CAS_ATTEMPTS,
         })
+    }
+
+    /// The node an unanswered create made, if it made one: the lowest
+    /// ephemeral `n-` child that was not there before the create (`before`)
+    /// and whose value is this candidate's node id.
+    async fn find_lost_create(
+        &self,
+        children: &[String],
+        before: &[String],
+    ) -> Result<Option<String>> {
+        let store = &self.registry.store;
+        let mut fresh: Vec<&String> = children
+            .iter()
+            .filter(|c| c.starts_with("n-") && !before.contains(c))
+            .collect();
+        fresh.sort();
+        for child in fresh {
+            let Some(r) = store.get(&format!("{}/{child}", self.dir)).await? else {
+                continue;
+            };
+            if r.stat.ephemeral && r.value == self.node_id.as_bytes() {
+                tracing::debug!(node = %self.node_id, child, "leader election: adopting the node of an unanswered create");
+                return Ok(Some(child.clone()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Best effort after a failed first step: removes the node this candidate
+    /// holds or that an unanswered create made, so that it cannot block the
+    /// election while nobody follows it.
+    async fn abandon(mut self) {
+        if let Some(before) = self.pending.take() {
+            if let Ok(children) = self.registry.store.children(&self.dir).await {
+                if let Ok(Some(found)) = self.find_lost_create(&children, &before).await {
+                    self.own = Some(found);
+                }
+            }
+        }
+        if let Some(own) = self.own.take() {
+            let _ = self
+                .registry
+                .store
+                .delete(&format!("{}/{own}", self.dir), ExpectedVersion::Any)
+                .await;
+        }
     }
 
     async fn run(
@@ -259,6 +343,13 @@ impl Candidate {
             is_leader: false,
             ended: true,
         });
+        if let Some(before) = self.pending.take() {
+            if let Ok(children) = self.registry.store.children(&self.dir).await {
+                if let Ok(Some(found)) = self.find_lost_create(&children, &before).await {
+                    self.own = Some(found);
+                }
+            }
+        }
         match self.own.take() {
             Some(own) => match self
                 .registry

@@ -82,3 +82,12 @@ pub(crate) struct Transition {
     pub(crate) from: Option<String>,
     pub(crate) to: String,
 }
+
+/// `<root>/uri-index/<encoded key>`: which cluster holds a URI index key (see
+/// [`ClusterUri::index_keys`](crate::ClusterUri::index_keys)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UriIndexEntry {
+    pub(crate) cluster: String,
+    pub(crate) metadata_service_uri: String,
+}

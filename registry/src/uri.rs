@@ -132,6 +132,29 @@ impl ClusterUri {
         self.to_string()
     }
 
+    /// The keys of the registry's URI index (`<root>/uri-index/<key>`, see
+    /// [`Registry::register`](crate::Registry::register)): two URIs share a key
+    /// exactly when they name the same in-memory cluster (names compared without
+    /// case) or share a ZooKeeper host and use the same ledgers root (which
+    /// includes the same cluster after normalisation). Sorted, without duplicates.
+    pub fn index_keys(&self) -> Vec<String> {
+        match self {
+            ClusterUri::Memory { name } => vec![format!("memory://{}", name.to_ascii_lowercase())],
+            ClusterUri::ZooKeeper {
+                hosts,
+                ledgers_root,
+            } => {
+                let mut keys: Vec<String> = hosts
+                    .iter()
+                    .map(|h| format!("zk://{h}{ledgers_root}"))
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                keys
+            }
+        }
+    }
+
     /// For a ZooKeeper URI, the URL a [`ZkStore`](bkswitch_metadata_store::ZkStore)
     /// connects to (no chroot: the ledgers root is read as a path).
     pub fn zk_connect_url(&self) -> Option<String> {
