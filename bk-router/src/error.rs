@@ -86,6 +86,28 @@ pub enum RouterError {
         /// The operation attempted.
         operation: &'static str,
     },
+    /// The `bootstrapClusterName` property disagrees with the bootstrap marker
+    /// recorded in the registry (invariant I17); nothing was written.
+    #[error(
+        "the bootstrapClusterName property says '{property}' but the registry recorded \
+         '{recorded}' as the bootstrap cluster (recorded once, legacy ledgers are on it); \
+         remove the property or set it to '{recorded}'"
+    )]
+    BootstrapMismatch {
+        /// The property's value.
+        property: String,
+        /// The recorded bootstrap cluster.
+        recorded: String,
+    },
+    /// The cluster registry in the metadata store failed or refused.
+    #[error("cluster registry: {operation} failed: {source}")]
+    Registry {
+        /// What was being done, naming the cluster.
+        operation: String,
+        /// The registry's error.
+        #[source]
+        source: bkswitch_registry::RegistryError,
+    },
     /// A setting is invalid.
     #[error("invalid setting: {0}")]
     InvalidSettings(String),
@@ -116,6 +138,7 @@ impl From<RouterError> for StorageError {
         let kind = match &error {
             RouterError::ClientStart { .. } | RouterError::Close { .. } => StorageErrorKind::Client,
             RouterError::NotInitialized { .. } => StorageErrorKind::NotInitialized,
+            RouterError::Registry { .. } => StorageErrorKind::Metadata,
             _ => StorageErrorKind::InvalidSettings,
         };
         StorageError::new(kind, error.to_string())

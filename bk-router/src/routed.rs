@@ -15,7 +15,7 @@ use bkswitch_bk_client::{
     LedgerMetadata, ReadHandle, Result, WriteHandle,
 };
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 /// Shared per-cluster state: whether the cluster is active and which handles
 /// are open on it.
@@ -23,6 +23,8 @@ use parking_lot::Mutex;
 pub(crate) struct ClusterState {
     pub(crate) name: Box<str>,
     active: AtomicBool,
+    /// Whether the cluster's [`RoutedClient`] has a started client.
+    pub(crate) connected: AtomicBool,
     pub(crate) connecting: AtomicBool,
     next_handle: AtomicU64,
     handles: Mutex<HashMap<u64, LedgerId>>,
@@ -33,6 +35,7 @@ impl ClusterState {
         ClusterState {
             name: name.into(),
             active: AtomicBool::new(false),
+            connected: AtomicBool::new(false),
             connecting: AtomicBool::new(false),
             next_handle: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
@@ -42,6 +45,11 @@ impl ClusterState {
     #[inline]
     pub(crate) fn is_active(&self) -> bool {
         self.active.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
     }
 
     pub(crate) fn set_active(&self, active: bool) {
@@ -68,6 +76,12 @@ impl ClusterState {
 
 /// The client the router hands out for one cluster.
 ///
+/// There is one `RoutedClient` per registered cluster for the life of the
+/// storage; the underlying client is installed when the cluster is connected
+/// and taken out when it is closed (a later connect installs a new one). An
+/// operation while no client is installed fails with a
+/// [`ClientClosed`](BkErrorKind::ClientClosed) error naming the cluster.
+///
 /// - [`cluster_name`](BookKeeper::cluster_name) is the **registered** name of
 ///   the cluster, so the S4 stamp always names a cluster the resolver knows.
 /// - While the cluster is not the active one, every open, delete and read of a
@@ -79,7 +93,14 @@ impl ClusterState {
 ///   so that the client is never closed under an open read (invariant I5).
 pub struct RoutedClient {
     state: Arc<ClusterState>,
-    inner: Arc<dyn BookKeeper>,
+    inner: RwLock<Option<Installed>>,
+}
+
+/// The started client of a cluster and the timeout its non-active operations
+/// get.
+#[derive(Clone)]
+struct Installed {
+    client: Arc<dyn BookKeeper>,
     timeout: Duration,
 }
 
@@ -88,31 +109,58 @@ impl fmt::Debug for RoutedClient {
         f.debug_struct("RoutedClient")
             .field("cluster", &self.state.name)
             .field("active", &self.state.is_active())
-            .field("timeout", &self.timeout)
+            .field("connected", &self.state.is_connected())
             .finish()
     }
 }
 
 impl RoutedClient {
-    pub(crate) fn new(
-        state: Arc<ClusterState>,
-        inner: Arc<dyn BookKeeper>,
-        timeout: Duration,
-    ) -> RoutedClient {
+    pub(crate) fn new(state: Arc<ClusterState>) -> RoutedClient {
         RoutedClient {
             state,
-            inner,
-            timeout,
+            inner: RwLock::new(None),
         }
     }
 
-    /// The wrapped client.
-    pub fn inner(&self) -> &Arc<dyn BookKeeper> {
-        &self.inner
+    /// The wrapped client, while one is started.
+    pub fn inner(&self) -> Option<Arc<dyn BookKeeper>> {
+        self.inner.read().as_ref().map(|i| i.client.clone())
     }
 
-    fn track<H: ?Sized>(&self, ledger_id: LedgerId, handle: Arc<H>) -> TrackedHandle<H> {
-        TrackedHandle::new(self.state.clone(), ledger_id, handle, self.timeout)
+    /// Installs a started client (the cluster becomes connected).
+    pub(crate) fn install(&self, client: Arc<dyn BookKeeper>, timeout: Duration) {
+        *self.inner.write() = Some(Installed { client, timeout });
+        self.state.connected.store(true, Ordering::Release);
+    }
+
+    /// Takes the started client out (the cluster becomes disconnected).
+    pub(crate) fn uninstall(&self) -> Option<Arc<dyn BookKeeper>> {
+        self.state.connected.store(false, Ordering::Release);
+        self.inner.write().take().map(|i| i.client)
+    }
+
+    fn current(&self) -> Result<Installed> {
+        match &*self.inner.read() {
+            Some(i) => Ok(i.clone()),
+            None => Err(BkError::new(
+                BkErrorKind::ClientClosed,
+                format!(
+                    "the client of bookie cluster '{}' is closed; resolve the ledger again \
+                     (the router starts a new client) and retry",
+                    self.state.name
+                ),
+            )
+            .with_cluster(&*self.state.name)),
+        }
+    }
+
+    fn track<H: ?Sized>(
+        &self,
+        ledger_id: LedgerId,
+        handle: Arc<H>,
+        timeout: Duration,
+    ) -> TrackedHandle<H> {
+        TrackedHandle::new(self.state.clone(), ledger_id, handle, timeout)
     }
 }
 
@@ -165,9 +213,10 @@ impl BookKeeper for RoutedClient {
     }
 
     async fn create_ledger(&self, config: &LedgerConfig) -> Result<Arc<dyn WriteHandle>> {
-        let handle = self.inner.create_ledger(config).await?;
+        let i = self.current()?;
+        let handle = (*i.client).create_ledger(config).await?;
         let id = handle.id();
-        Ok(Arc::new(self.track(id, handle)))
+        Ok(Arc::new(self.track(id, handle, i.timeout)))
     }
 
     async fn create_ledger_adv(
@@ -175,9 +224,10 @@ impl BookKeeper for RoutedClient {
         ledger_id: LedgerId,
         config: &LedgerConfig,
     ) -> Result<Arc<dyn WriteHandle>> {
-        let fut = self.inner.create_ledger_adv(ledger_id, config);
-        let handle = guarded(&self.state, self.timeout, "create", ledger_id, fut).await?;
-        Ok(Arc::new(self.track(ledger_id, handle)))
+        let i = self.current()?;
+        let fut = (*i.client).create_ledger_adv(ledger_id, config);
+        let handle = guarded(&self.state, i.timeout, "create", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle, i.timeout)))
     }
 
     async fn open_ledger(
@@ -186,9 +236,10 @@ impl BookKeeper for RoutedClient {
         digest_type: DigestType,
         password: &[u8],
     ) -> Result<Arc<dyn ReadHandle>> {
-        let fut = self.inner.open_ledger(ledger_id, digest_type, password);
-        let handle = guarded(&self.state, self.timeout, "open", ledger_id, fut).await?;
-        Ok(Arc::new(self.track(ledger_id, handle)))
+        let i = self.current()?;
+        let fut = (*i.client).open_ledger(ledger_id, digest_type, password);
+        let handle = guarded(&self.state, i.timeout, "open", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle, i.timeout)))
     }
 
     async fn open_ledger_no_recovery(
@@ -197,20 +248,26 @@ impl BookKeeper for RoutedClient {
         digest_type: DigestType,
         password: &[u8],
     ) -> Result<Arc<dyn ReadHandle>> {
-        let fut = self
-            .inner
-            .open_ledger_no_recovery(ledger_id, digest_type, password);
-        let handle = guarded(&self.state, self.timeout, "open", ledger_id, fut).await?;
-        Ok(Arc::new(self.track(ledger_id, handle)))
+        let i = self.current()?;
+        let fut = (*i.client).open_ledger_no_recovery(ledger_id, digest_type, password);
+        let handle = guarded(&self.state, i.timeout, "open", ledger_id, fut).await?;
+        Ok(Arc::new(self.track(ledger_id, handle, i.timeout)))
     }
 
     async fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
-        let fut = self.inner.delete_ledger(ledger_id);
-        guarded(&self.state, self.timeout, "delete", ledger_id, fut).await
+        let i = self.current()?;
+        let fut = (*i.client).delete_ledger(ledger_id);
+        guarded(&self.state, i.timeout, "delete", ledger_id, fut).await
     }
 
+    /// Closes the started client, if any; the router's own close paths
+    /// ([`close_client`](crate::MultiClusterManagedLedgerStorage::close_client))
+    /// also enforce I5, this one does not.
     async fn close(&self) -> Result<()> {
-        self.inner.close().await
+        match self.uninstall() {
+            Some(c) => (*c).close().await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -218,6 +275,10 @@ impl BookKeeper for RoutedClient {
 /// closed or dropped; reads bounded by the timeout while the cluster is not
 /// active. On the active cluster a read returns the inner handle's future
 /// itself (no extra allocation).
+///
+/// Calls go to `(*self.inner)`, never `self.inner`: `Arc<H>` itself implements
+/// the handle traits through a blanket `async_trait` impl, whose call would box
+/// one more future per read.
 pub(crate) struct TrackedHandle<H: ?Sized> {
     state: Arc<ClusterState>,
     slot: u64,
@@ -273,11 +334,11 @@ type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 #[deny(clippy::missing_trait_methods)]
 impl<H: ReadHandle + ?Sized> ReadHandle for TrackedHandle<H> {
     fn id(&self) -> LedgerId {
-        self.inner.id()
+        (*self.inner).id()
     }
 
     fn metadata(&self) -> LedgerMetadata {
-        self.inner.metadata()
+        (*self.inner).metadata()
     }
 
     fn read_entries<'life0, 'async_trait>(
@@ -290,14 +351,14 @@ impl<H: ReadHandle + ?Sized> ReadHandle for TrackedHandle<H> {
         Self: 'async_trait,
     {
         if self.state.is_active() {
-            self.inner.read_entries(first, last)
+            (*self.inner).read_entries(first, last)
         } else {
             Box::pin(guarded(
                 &self.state,
                 self.timeout,
                 "read",
                 self.ledger_id,
-                self.inner.read_entries(first, last),
+                (*self.inner).read_entries(first, last),
             ))
         }
     }
@@ -312,37 +373,37 @@ impl<H: ReadHandle + ?Sized> ReadHandle for TrackedHandle<H> {
         Self: 'async_trait,
     {
         if self.state.is_active() {
-            self.inner.read_unconfirmed(first, last)
+            (*self.inner).read_unconfirmed(first, last)
         } else {
             Box::pin(guarded(
                 &self.state,
                 self.timeout,
                 "read",
                 self.ledger_id,
-                self.inner.read_unconfirmed(first, last),
+                (*self.inner).read_unconfirmed(first, last),
             ))
         }
     }
 
     fn last_add_confirmed(&self) -> EntryId {
-        self.inner.last_add_confirmed()
+        (*self.inner).last_add_confirmed()
     }
 
     async fn read_last_add_confirmed(&self) -> Result<EntryId> {
-        let fut = self.inner.read_last_add_confirmed();
+        let fut = (*self.inner).read_last_add_confirmed();
         guarded(&self.state, self.timeout, "read LAC", self.ledger_id, fut).await
     }
 
     fn length(&self) -> u64 {
-        self.inner.length()
+        (*self.inner).length()
     }
 
     fn is_closed(&self) -> bool {
-        self.inner.is_closed()
+        (*self.inner).is_closed()
     }
 
     async fn close(&self) -> Result<()> {
-        let result = self.inner.close().await;
+        let result = (*self.inner).close().await;
         self.release();
         result
     }
@@ -351,10 +412,10 @@ impl<H: ReadHandle + ?Sized> ReadHandle for TrackedHandle<H> {
 #[deny(clippy::missing_trait_methods)]
 impl WriteHandle for TrackedHandle<dyn WriteHandle> {
     fn add_entry(&self, data: Bytes) -> Fut<'static, EntryId> {
-        self.inner.add_entry(data)
+        (*self.inner).add_entry(data)
     }
 
     fn add_entry_at(&self, entry_id: EntryId, data: Bytes) -> Fut<'static, EntryId> {
-        self.inner.add_entry_at(entry_id, data)
+        (*self.inner).add_entry_at(entry_id, data)
     }
 }

@@ -2,11 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bkswitch_bk_client::{BkError, BkErrorKind, BookKeeper, ClientFactory, LedgerId};
 use bkswitch_metadata_store::MetadataStore;
@@ -23,7 +22,7 @@ use bkswitch_schema_spi::SchemaClientProvider;
 use parking_lot::Mutex;
 
 use crate::routed::{ClusterState, RoutedClient};
-use crate::{ReadMode, RouterError};
+use crate::{ReadMode, RouterError, RouterMetrics};
 
 /// Default of [`RouterConfig::old_ledger_read_timeout`] (`oldLedgerReadTimeoutMs`).
 pub const DEFAULT_OLD_LEDGER_READ_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -38,18 +37,33 @@ pub const OLD_LEDGER_READ_TIMEOUT_MS: &str = "oldLedgerReadTimeoutMs";
 /// How long [`HookErrorKind::ClusterUnavailable`] errors ask callers to wait.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Most clusters one storage can route to (registered clusters are never
+/// removed from routing, so that every stamped ledger stays readable).
+pub const MAX_CLUSTERS: usize = 64;
+
+/// Slot index meaning "none".
+const NONE: usize = usize::MAX;
+
 /// Settings of a [`MultiClusterManagedLedgerStorage`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterConfig {
     /// Bound on every open, delete and read of a ledger on a cluster that is not
     /// the active one (`oldLedgerReadTimeoutMs`, default 5000 ms).
     pub old_ledger_read_timeout: Duration,
+    /// Whether [`initialize`](ManagedLedgerStorage::initialize) resolves the
+    /// active and bootstrap clusters through the cluster registry in the
+    /// metadata store (default `true`, SPEC §3). With `false` the metadata
+    /// store is not used: the configured cluster becomes active and the
+    /// bootstrap cluster is the `bootstrapClusterName` property, else the one
+    /// already recorded, else the configured cluster.
+    pub use_registry: bool,
 }
 
 impl Default for RouterConfig {
     fn default() -> Self {
         RouterConfig {
             old_ledger_read_timeout: DEFAULT_OLD_LEDGER_READ_TIMEOUT,
+            use_registry: true,
         }
     }
 }
@@ -60,109 +74,139 @@ impl RouterConfig {
         self.old_ledger_read_timeout = timeout;
         self
     }
-}
 
-/// One registered cluster in the published routing snapshot.
-struct Slot {
-    state: Arc<ClusterState>,
-    /// The [`RoutedClient`], once connected.
-    client: Option<Arc<dyn BookKeeper>>,
-}
-
-/// The immutable routing snapshot read by every hook without locks.
-///
-/// Clusters are few (two or three during a switch), so a linear scan comparing
-/// names beats hashing the name.
-#[derive(Default)]
-struct Routes {
-    slots: Vec<Slot>,
-    /// Index in `slots` of the bootstrap cluster, or its name when unregistered.
-    bootstrap: Option<Result<usize, Box<str>>>,
-    /// The active cluster's client.
-    active: Option<Arc<dyn BookKeeper>>,
-}
-
-impl Routes {
-    #[inline]
-    fn find(&self, name: &str) -> Option<&Slot> {
-        self.slots.iter().find(|s| &*s.state.name == name)
+    /// Set whether `initialize` goes through the cluster registry.
+    pub fn with_registry(mut self, use_registry: bool) -> Self {
+        self.use_registry = use_registry;
+        self
     }
 }
 
-/// The authoritative state, changed under a lock and published as [`Routes`].
+/// One registered cluster in the routing table. Never removed or replaced once
+/// published.
+pub(crate) struct Slot {
+    /// The cluster name, inline (compared on every stamped resolve).
+    name: Box<str>,
+    pub(crate) state: Arc<ClusterState>,
+    /// The cluster's client, for the life of the storage (its started client
+    /// is installed and taken out inside).
+    pub(crate) client: Arc<RoutedClient>,
+}
+
+/// The authoritative state, changed under a lock; the hot paths read the
+/// append-only slot table and a few atomics instead.
 #[derive(Default)]
-struct Registry {
-    clusters: BTreeMap<String, Entry>,
-    bootstrap: Option<String>,
-    active: Option<String>,
+pub(crate) struct Book {
+    pub(crate) clusters: BTreeMap<String, Entry>,
+    pub(crate) bootstrap: Option<String>,
+    pub(crate) active: Option<String>,
 }
 
-struct Entry {
-    uri: String,
-    state: Arc<ClusterState>,
-    client: Option<Arc<RoutedClient>>,
+pub(crate) struct Entry {
+    pub(crate) uri: String,
+    pub(crate) slot: usize,
 }
 
-struct Inner {
-    config: Mutex<RouterConfig>,
-    factory: Mutex<Option<Arc<dyn ClientFactory>>>,
-    registry: Mutex<Registry>,
-    routes: ArcSwap<Routes>,
-    read_mode: AtomicU8,
-    admin: tokio::sync::Mutex<()>,
+pub(crate) struct Inner {
+    pub(crate) config: Mutex<RouterConfig>,
+    pub(crate) factory: Mutex<Option<Arc<dyn ClientFactory>>>,
+    pub(crate) book: Mutex<Book>,
+    /// Append-only: slot `i` is set once, before `len` covers it.
+    slots: Box<[OnceLock<Slot>]>,
+    len: AtomicUsize,
+    /// Slot of the active cluster, or [`NONE`].
+    active: AtomicUsize,
+    /// Slot of the bootstrap cluster, or [`NONE`] (unrecorded or unregistered).
+    bootstrap: AtomicUsize,
+    /// Lowest ledger id known to have been created stamped on the bootstrap
+    /// cluster (I17); `i64::MAX` while none is known.
+    lowest_stamped_on_bootstrap: AtomicI64,
+    pub(crate) read_mode: AtomicU8,
+    pub(crate) metrics: Arc<RouterMetrics>,
+    pub(crate) admin: tokio::sync::Mutex<()>,
     not_initialized: Arc<dyn BookKeeper>,
 }
 
+/// `a == b`, comparing the length first and short names (the usual cluster
+/// names) as one or two machine words instead of calling `memcmp`.
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word8 = |s: &[u8], i: usize| {
+        s.get(i..i + 8)
+            .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+    };
+    let word4 = |s: &[u8], i: usize| {
+        s.get(i..i + 4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    match n {
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        _ => a == b,
+    }
+}
+
 impl Inner {
-    fn publish(&self, reg: &Registry) {
-        let slots: Vec<Slot> = reg
-            .clusters
-            .values()
-            .map(|e| Slot {
-                state: e.state.clone(),
-                client: e.client.clone().map(|c| c as Arc<dyn BookKeeper>),
-            })
-            .collect();
-        let bootstrap = reg.bootstrap.as_deref().map(|b| {
-            slots
-                .iter()
-                .position(|s| &*s.state.name == b)
-                .ok_or_else(|| b.into())
-        });
-        let active = reg.active.as_deref().and_then(|a| {
-            reg.clusters
-                .get(a)
-                .and_then(|e| e.client.clone().map(|c| c as Arc<dyn BookKeeper>))
-        });
-        self.routes.store(Arc::new(Routes {
-            slots,
-            bootstrap,
-            active,
-        }));
+    #[inline]
+    fn slot(&self, index: usize) -> Option<&Slot> {
+        self.slots.get(index).and_then(OnceLock::get)
     }
 
-    fn factory(&self, operation: &'static str) -> Result<Arc<dyn ClientFactory>, RouterError> {
+    /// The slot (and its index) of the cluster called `name` (length first,
+    /// then bytes).
+    #[inline]
+    fn find(&self, name: &str) -> Option<(usize, &Slot)> {
+        let len = self.len.load(Ordering::Acquire);
+        let wanted = name.as_bytes();
+        for (i, cell) in self.slots.iter().take(len).enumerate() {
+            if let Some(slot) = cell.get() {
+                if same_bytes(slot.name.as_bytes(), wanted) {
+                    return Some((i, slot));
+                }
+            }
+        }
+        None
+    }
+
+    /// Recomputes the bootstrap slot index from the book.
+    fn publish_bootstrap(&self, book: &Book) {
+        let index = book
+            .bootstrap
+            .as_deref()
+            .and_then(|b| book.clusters.get(b))
+            .map_or(NONE, |e| e.slot);
+        self.bootstrap.store(index, Ordering::Release);
+    }
+
+    pub(crate) fn factory(
+        &self,
+        operation: &'static str,
+    ) -> Result<Arc<dyn ClientFactory>, RouterError> {
         self.factory
             .lock()
             .clone()
             .ok_or(RouterError::NotInitialized { operation })
     }
 
-    fn unknown(&self, name: &str) -> RouterError {
+    pub(crate) fn unknown(&self, name: &str) -> RouterError {
         RouterError::UnknownCluster {
             name: name.to_owned(),
-            registered: self.registry.lock().clusters.keys().cloned().collect(),
+            registered: self.book.lock().clusters.keys().cloned().collect(),
         }
     }
 
-    fn add_cluster(&self, name: &str, uri: &str) -> Result<(), RouterError> {
+    pub(crate) fn add_cluster(&self, name: &str, uri: &str) -> Result<(), RouterError> {
         if name.trim().is_empty() || name.chars().any(char::is_whitespace) {
             return Err(RouterError::InvalidSettings(format!(
                 "bookie cluster name '{name}' must be non-empty and without whitespace"
             )));
         }
-        let mut reg = self.registry.lock();
-        if let Some(e) = reg.clusters.get(name) {
+        let mut book = self.book.lock();
+        if let Some(e) = book.clusters.get(name) {
             if e.uri == uri {
                 return Ok(());
             }
@@ -172,41 +216,69 @@ impl Inner {
                 reason: format!("'{name}' is already registered at '{}'", e.uri),
             });
         }
-        if let Some((other, _)) = reg.clusters.iter().find(|(_, e)| e.uri == uri) {
+        if let Some((other, _)) = book.clusters.iter().find(|(_, e)| e.uri == uri) {
             return Err(RouterError::Conflict {
                 name: name.to_owned(),
                 uri: uri.to_owned(),
                 reason: format!("the URI is already registered as cluster '{other}'"),
             });
         }
-        reg.clusters.insert(
+        let index = self.len.load(Ordering::Relaxed);
+        if index >= self.slots.len() {
+            return Err(RouterError::InvalidSettings(format!(
+                "cannot register bookie cluster '{name}': at most {MAX_CLUSTERS} clusters can be \
+                 registered with one storage"
+            )));
+        }
+        let state = Arc::new(ClusterState::new(name));
+        let slot = Slot {
+            name: name.into(),
+            client: Arc::new(RoutedClient::new(state.clone())),
+            state,
+        };
+        if self.slots[index].set(slot).is_err() {
+            // Unreachable: slots are only set here, under the book lock.
+            return Err(RouterError::InvalidSettings(format!(
+                "routing slot {index} is already taken"
+            )));
+        }
+        self.len.store(index + 1, Ordering::Release);
+        book.clusters.insert(
             name.to_owned(),
             Entry {
                 uri: uri.to_owned(),
-                state: Arc::new(ClusterState::new(name)),
-                client: None,
+                slot: index,
             },
         );
-        self.publish(&reg);
+        self.publish_bootstrap(&book);
         Ok(())
     }
 
-    /// The cluster's client, created through the factory if needed.
-    async fn connect(&self, name: &str) -> Result<Arc<RoutedClient>, RouterError> {
-        let (uri, state) = {
-            let reg = self.registry.lock();
-            let entry = reg
-                .clusters
-                .get(name)
-                .ok_or_else(|| RouterError::UnknownCluster {
+    /// The registered cluster's slot, or `UnknownCluster`.
+    fn registered(&self, name: &str) -> Result<(&Slot, String), RouterError> {
+        let book = self.book.lock();
+        match book.clusters.get(name) {
+            Some(e) => match self.slot(e.slot) {
+                Some(slot) => Ok((slot, e.uri.clone())),
+                None => Err(RouterError::UnknownCluster {
                     name: name.to_owned(),
-                    registered: reg.clusters.keys().cloned().collect(),
-                })?;
-            if let Some(c) = &entry.client {
-                return Ok(c.clone());
-            }
-            (entry.uri.clone(), entry.state.clone())
-        };
+                    registered: book.clusters.keys().cloned().collect(),
+                }),
+            },
+            None => Err(RouterError::UnknownCluster {
+                name: name.to_owned(),
+                registered: book.clusters.keys().cloned().collect(),
+            }),
+        }
+    }
+
+    /// The cluster's client, started through the factory if needed. Callers
+    /// hold the admin lock.
+    pub(crate) async fn connect(&self, name: &str) -> Result<Arc<RoutedClient>, RouterError> {
+        let (slot, uri) = self.registered(name)?;
+        if slot.state.is_connected() {
+            return Ok(slot.client.clone());
+        }
         let factory = self.factory("connecting a cluster")?;
         let raw = factory
             .create(&uri)
@@ -216,42 +288,73 @@ impl Inner {
                 uri: uri.clone(),
                 source: Box::new(source),
             })?;
-        let timeout = self.config.lock().old_ledger_read_timeout;
-        let client = Arc::new(RoutedClient::new(state, raw, timeout));
-        let mut reg = self.registry.lock();
-        let entry = reg
-            .clusters
-            .get_mut(name)
-            .ok_or_else(|| RouterError::UnknownCluster {
-                name: name.to_owned(),
-                registered: Vec::new(),
-            })?;
-        if let Some(existing) = &entry.client {
-            return Ok(existing.clone());
-        }
-        entry.client = Some(client.clone());
-        self.publish(&reg);
-        tracing::info!(cluster = name, uri = %uri, "bookie cluster client started");
-        Ok(client)
+        self.install(name, raw)
     }
 
-    fn activate(&self, name: &str) -> Result<Option<String>, RouterError> {
-        let mut reg = self.registry.lock();
-        if !reg.clusters.contains_key(name) {
-            drop(reg);
-            return Err(self.unknown(name));
+    /// Installs an already started client for a registered cluster (replacing
+    /// nothing: a connected cluster keeps its client and `raw` is dropped).
+    pub(crate) fn install(
+        &self,
+        name: &str,
+        raw: Arc<dyn BookKeeper>,
+    ) -> Result<Arc<RoutedClient>, RouterError> {
+        let (slot, uri) = self.registered(name)?;
+        if !slot.state.is_connected() {
+            let timeout = self.config.lock().old_ledger_read_timeout;
+            slot.client.install(raw, timeout);
+            tracing::info!(cluster = name, uri = %uri, "bookie cluster client started");
         }
-        let previous = reg.active.replace(name.to_owned());
+        Ok(slot.client.clone())
+    }
+
+    pub(crate) fn activate(&self, name: &str) -> Result<Option<String>, RouterError> {
+        let mut book = self.book.lock();
+        let Some(index) = book.clusters.get(name).map(|e| e.slot) else {
+            drop(book);
+            return Err(self.unknown(name));
+        };
+        let previous = book.active.replace(name.to_owned());
         if let Some(prev) = previous.as_deref() {
-            if let Some(e) = reg.clusters.get(prev) {
-                e.state.set_active(false);
+            if let Some(slot) = book.clusters.get(prev).and_then(|e| self.slot(e.slot)) {
+                slot.state.set_active(false);
             }
         }
-        if let Some(e) = reg.clusters.get(name) {
-            e.state.set_active(true);
+        if let Some(slot) = self.slot(index) {
+            slot.state.set_active(true);
         }
-        self.publish(&reg);
+        self.active.store(index, Ordering::Release);
         Ok(previous)
+    }
+
+    pub(crate) fn set_bootstrap(&self, name: &str) -> Result<(), RouterError> {
+        if name.is_empty() {
+            return Err(RouterError::InvalidSettings(
+                "the bootstrap cluster name must not be empty".into(),
+            ));
+        }
+        let mut book = self.book.lock();
+        match book.bootstrap.as_deref() {
+            Some(current) if current == name => return Ok(()),
+            Some(current) => {
+                return Err(RouterError::BootstrapAlreadySet {
+                    current: current.to_owned(),
+                    requested: name.to_owned(),
+                })
+            }
+            None => book.bootstrap = Some(name.to_owned()),
+        }
+        self.publish_bootstrap(&book);
+        tracing::info!(cluster = name, "bootstrap bookie cluster recorded");
+        Ok(())
+    }
+
+    /// I17 learning: `ledger_id` was created stamped on the bootstrap cluster.
+    #[inline]
+    fn learn_stamped_on_bootstrap(&self, ledger_id: LedgerId) {
+        if ledger_id < self.lowest_stamped_on_bootstrap.load(Ordering::Relaxed) {
+            self.lowest_stamped_on_bootstrap
+                .fetch_min(ledger_id, Ordering::Relaxed);
+        }
     }
 }
 
@@ -270,17 +373,17 @@ impl Inner {
 /// Cheap to clone: clones share the same state.
 #[derive(Clone)]
 pub struct MultiClusterManagedLedgerStorage {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     router: Arc<ClusterRouter>,
 }
 
 impl fmt::Debug for MultiClusterManagedLedgerStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reg = self.inner.registry.lock();
+        let book = self.inner.book.lock();
         f.debug_struct("MultiClusterManagedLedgerStorage")
-            .field("clusters", &reg.clusters.keys().collect::<Vec<_>>())
-            .field("active", &reg.active)
-            .field("bootstrap", &reg.bootstrap)
+            .field("clusters", &book.clusters.keys().collect::<Vec<_>>())
+            .field("active", &book.active)
+            .field("bootstrap", &book.bootstrap)
             .field("read_mode", &self.read_mode())
             .finish()
     }
@@ -300,9 +403,14 @@ impl MultiClusterManagedLedgerStorage {
         let inner = Arc::new(Inner {
             config: Mutex::new(config),
             factory: Mutex::new(None),
-            registry: Mutex::new(Registry::default()),
-            routes: ArcSwap::from_pointee(Routes::default()),
+            book: Mutex::new(Book::default()),
+            slots: (0..MAX_CLUSTERS).map(|_| OnceLock::new()).collect(),
+            len: AtomicUsize::new(0),
+            active: AtomicUsize::new(NONE),
+            bootstrap: AtomicUsize::new(NONE),
+            lowest_stamped_on_bootstrap: AtomicI64::new(i64::MAX),
             read_mode: AtomicU8::new(ReadMode::DualRead.to_u8()),
+            metrics: Arc::new(RouterMetrics::default()),
             admin: tokio::sync::Mutex::new(()),
             not_initialized: Arc::new(NotInitializedClient),
         });
@@ -342,6 +450,25 @@ impl MultiClusterManagedLedgerStorage {
         Ok(self.inner.connect(name).await?)
     }
 
+    /// The counters of this storage (shared with its
+    /// [`RegistrySync`](crate::RegistrySync), if any).
+    pub fn metrics(&self) -> Arc<RouterMetrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// The lowest ledger id known to have been created stamped on the
+    /// bootstrap cluster (see [`ClusterRouter`] on I17), once one is known.
+    pub fn lowest_stamped_on_bootstrap(&self) -> Option<LedgerId> {
+        match self
+            .inner
+            .lowest_stamped_on_bootstrap
+            .load(Ordering::Relaxed)
+        {
+            i64::MAX => None,
+            id => Some(id),
+        }
+    }
+
     /// Record the bootstrap cluster: the cluster legacy (unstamped) ledgers are
     /// on (invariant I17). Recorded once: setting the same name again is a no-op.
     ///
@@ -350,40 +477,22 @@ impl MultiClusterManagedLedgerStorage {
     /// [`RouterError::BootstrapAlreadySet`] when another name is recorded;
     /// [`RouterError::InvalidSettings`] for an empty name.
     pub fn set_bootstrap(&self, name: &str) -> Result<(), RouterError> {
-        if name.is_empty() {
-            return Err(RouterError::InvalidSettings(
-                "the bootstrap cluster name must not be empty".into(),
-            ));
-        }
-        let mut reg = self.inner.registry.lock();
-        match reg.bootstrap.as_deref() {
-            Some(current) if current == name => return Ok(()),
-            Some(current) => {
-                return Err(RouterError::BootstrapAlreadySet {
-                    current: current.to_owned(),
-                    requested: name.to_owned(),
-                })
-            }
-            None => reg.bootstrap = Some(name.to_owned()),
-        }
-        self.inner.publish(&reg);
-        tracing::info!(cluster = name, "bootstrap bookie cluster recorded");
-        Ok(())
+        self.inner.set_bootstrap(name)
     }
 
     /// The bootstrap cluster, once recorded.
     pub fn bootstrap_cluster(&self) -> Option<String> {
-        self.inner.registry.lock().bootstrap.clone()
+        self.inner.book.lock().bootstrap.clone()
     }
 
     /// The active cluster (where new ledgers are created), once set.
     pub fn active_cluster(&self) -> Option<String> {
-        self.inner.registry.lock().active.clone()
+        self.inner.book.lock().active.clone()
     }
 
     /// The registered clusters, by name, with their URIs.
     pub fn clusters(&self) -> Vec<(String, String)> {
-        let reg = self.inner.registry.lock();
+        let reg = self.inner.book.lock();
         reg.clusters
             .iter()
             .map(|(n, e)| (n.clone(), e.uri.clone()))
@@ -444,8 +553,11 @@ impl MultiClusterManagedLedgerStorage {
     /// [`RouterError::UnknownCluster`].
     pub fn open_handles(&self, name: &str) -> Result<Vec<LedgerId>, RouterError> {
         let state = {
-            let reg = self.inner.registry.lock();
-            reg.clusters.get(name).map(|e| e.state.clone())
+            let book = self.inner.book.lock();
+            book.clusters
+                .get(name)
+                .and_then(|e| self.inner.slot(e.slot))
+                .map(|s| s.state.clone())
         };
         match state {
             Some(s) => Ok(s.open_handles()),
@@ -468,10 +580,14 @@ impl MultiClusterManagedLedgerStorage {
     pub async fn close_client(&self, name: &str) -> Result<(), RouterError> {
         let _admin = self.inner.admin.lock().await;
         let client = {
-            let mut reg = self.inner.registry.lock();
-            let is_active = reg.active.as_deref() == Some(name);
-            let Some(entry) = reg.clusters.get_mut(name) else {
-                drop(reg);
+            let book = self.inner.book.lock();
+            let is_active = book.active.as_deref() == Some(name);
+            let Some(slot) = book
+                .clusters
+                .get(name)
+                .and_then(|e| self.inner.slot(e.slot))
+            else {
+                drop(book);
                 return Err(self.inner.unknown(name));
             };
             if is_active {
@@ -482,7 +598,7 @@ impl MultiClusterManagedLedgerStorage {
                     ledger_ids: Vec::new(),
                 });
             }
-            let open = entry.state.open_handles();
+            let open = slot.state.open_handles();
             if !open.is_empty() {
                 return Err(RouterError::CloseRefused {
                     name: name.to_owned(),
@@ -491,9 +607,7 @@ impl MultiClusterManagedLedgerStorage {
                     ledger_ids: open,
                 });
             }
-            let client = entry.client.take();
-            self.inner.publish(&reg);
-            client
+            slot.client.uninstall()
         };
         let Some(client) = client else {
             return Ok(());
@@ -516,27 +630,51 @@ impl MultiClusterManagedLedgerStorage {
     }
 
     fn class(&self, name: &str) -> Option<Arc<dyn ManagedLedgerStorageClass>> {
-        let reg = self.inner.registry.lock();
-        let e = reg.clusters.get(name)?;
-        let client = e.client.clone()?;
+        let book = self.inner.book.lock();
+        let slot = self.inner.slot(book.clusters.get(name)?.slot)?;
+        if !slot.state.is_connected() {
+            return None;
+        }
         Some(Arc::new(ClusterClass {
             name: name.to_owned(),
-            client,
+            client: slot.client.clone(),
         }))
     }
 }
 
 #[async_trait]
 impl ManagedLedgerStorage for MultiClusterManagedLedgerStorage {
-    /// Connects the cluster of `settings.metadata_service_uri` and makes it
-    /// active. Its name is the `currentClusterName` property, else the name its
-    /// client reports. The bootstrap cluster is the `bootstrapClusterName`
-    /// property, else the one already recorded, else this cluster.
-    /// `oldLedgerReadTimeoutMs` overrides the configured timeout.
+    /// Resolves the active cluster, starts its client and makes it active.
+    ///
+    /// With [`RouterConfig::use_registry`] (the default), through the cluster
+    /// registry at the `configPath` property (default `/admin/bookie-clusters`)
+    /// in `metadata_store` (SPEC §3):
+    ///
+    /// 1. the registry's ACTIVE cluster, if any (every registered cluster that
+    ///    is not DEPRECATED is registered for routing too);
+    /// 2. else the `currentClusterName` property: registered in the registry
+    ///    as ACTIVE (URI = the configured metadata-service URI), or promoted
+    ///    when already registered;
+    /// 3. else the name the configured cluster's client reports, registered
+    ///    ACTIVE.
+    ///
+    /// Then the bootstrap marker is recorded if absent (the
+    /// `bootstrapClusterName` property, else the active cluster) and the
+    /// recorded one is used: a property that disagrees with a recorded marker
+    /// fails with [`RouterError::BootstrapMismatch`] before anything is written.
+    ///
+    /// The active cluster's client is started before anything is written to
+    /// the registry or to this storage: if it cannot start, `initialize` fails
+    /// with [`RouterError::ClientStart`] and nothing changed.
+    ///
+    /// Without the registry, the configured cluster (named by
+    /// `currentClusterName`, else by its client) becomes active and the
+    /// bootstrap cluster is the property, else the one already recorded, else
+    /// this cluster. `oldLedgerReadTimeoutMs` overrides the configured timeout.
     async fn initialize(
         &self,
         settings: &StorageSettings,
-        _metadata_store: Arc<dyn MetadataStore>,
+        metadata_store: Arc<dyn MetadataStore>,
         client_factory: Arc<dyn ClientFactory>,
     ) -> Result<(), StorageError> {
         if let Some(ms) = settings.properties.get(OLD_LEDGER_READ_TIMEOUT_MS) {
@@ -547,38 +685,20 @@ impl ManagedLedgerStorage for MultiClusterManagedLedgerStorage {
             })?;
             self.inner.config.lock().old_ledger_read_timeout = Duration::from_millis(ms);
         }
-        self.set_client_factory(client_factory.clone());
-        let uri = settings.metadata_service_uri.as_str();
-        let name = match settings
-            .properties
-            .get(CURRENT_CLUSTER_NAME)
-            .filter(|n| !n.is_empty())
-        {
-            Some(n) => n.clone(),
-            None => {
-                let probe = client_factory.create(uri).await?;
-                let name = probe.cluster_name().to_owned();
-                probe.close().await?;
-                name
-            }
-        };
-        self.add_cluster(&name, uri)?;
-        match settings
-            .properties
-            .get(BOOTSTRAP_CLUSTER_NAME)
-            .filter(|n| !n.is_empty())
-        {
-            Some(b) => self.set_bootstrap(b)?,
-            None if self.bootstrap_cluster().is_none() => self.set_bootstrap(&name)?,
-            None => {}
+        let use_registry = self.inner.config.lock().use_registry;
+        if use_registry {
+            self.initialize_with_registry(settings, metadata_store, client_factory)
+                .await?;
+        } else {
+            self.initialize_without_registry(settings, client_factory)
+                .await?;
         }
-        self.switch_active_cluster(&name).await?;
         Ok(())
     }
 
     fn storage_classes(&self) -> Vec<Arc<dyn ManagedLedgerStorageClass>> {
         let (active, names): (Option<String>, Vec<String>) = {
-            let reg = self.inner.registry.lock();
+            let reg = self.inner.book.lock();
             (reg.active.clone(), reg.clusters.keys().cloned().collect())
         };
         let mut out = Vec::new();
@@ -619,15 +739,15 @@ impl ManagedLedgerStorage for MultiClusterManagedLedgerStorage {
 
     async fn close(&self) -> Result<(), StorageError> {
         let _admin = self.inner.admin.lock().await;
-        let clients: Vec<(String, Arc<RoutedClient>)> = {
-            let mut reg = self.inner.registry.lock();
-            let out = reg
-                .clusters
-                .iter_mut()
-                .filter_map(|(n, e)| e.client.take().map(|c| (n.clone(), c)))
-                .collect();
-            self.inner.publish(&reg);
-            out
+        let clients: Vec<(String, Arc<dyn BookKeeper>)> = {
+            let book = self.inner.book.lock();
+            book.clusters
+                .iter()
+                .filter_map(|(n, e)| {
+                    let slot = self.inner.slot(e.slot)?;
+                    slot.client.uninstall().map(|c| (n.clone(), c))
+                })
+                .collect()
         };
         let mut first = None;
         for (name, c) in clients {
@@ -664,8 +784,32 @@ impl ManagedLedgerStorageClass for ClusterClass {
 
 /// The routing hooks of a [`MultiClusterManagedLedgerStorage`]: S1 (active
 /// client), S2 (ledger and cursor resolvers), S3 (schema provider) and S4
-/// (stamper). Every method reads one lock-free snapshot and allocates nothing
-/// on success.
+/// (stamper).
+///
+/// Every resolve reads an append-only table of cluster slots (clusters are
+/// never removed from routing) and a few atomics: no lock, no snapshot, no
+/// allocation on success; the returned client is one `Arc` clone.
+///
+/// # Unstamped ledgers created after bootstrap (I17)
+///
+/// A ledger without a stamp is legacy and resolves to the bootstrap cluster.
+/// Ledger ids of one BookKeeper cluster increase, and every ledger stamped to
+/// the bootstrap cluster was created after the bootstrap marker (the plugin
+/// only stamps once it runs). So the router keeps the lowest ledger id known to
+/// have been created stamped on the bootstrap cluster, learned from S4 stamping
+/// by a client of the bootstrap cluster and from resolving ledgers stamped to
+/// it. An unstamped ledger whose id is greater than that id was created after
+/// bootstrap by a writer running without the plugin: resolving it fails with
+/// [`HookErrorKind::CorruptMetadata`] (never guessed around) and counts in
+/// [`RouterMetrics::unstamped_after_bootstrap`].
+///
+/// Limitations: the lowest id is learned in memory only (a restarted node
+/// detects nothing until it sees a stamped bootstrap ledger again); an
+/// unstamped ledger created after bootstrap but before the first stamped one
+/// that this node learned of has a smaller id and is not detected; and ledgers
+/// created on the bootstrap cluster with a chosen id (`createLedgerAdv`, as the
+/// ledger copy does) are assumed to carry ids beyond the legacy ones, as the
+/// idgen precheck (I11) guarantees for copies.
 pub struct ClusterRouter {
     inner: Arc<Inner>,
 }
@@ -674,6 +818,27 @@ impl fmt::Debug for ClusterRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterRouter").finish_non_exhaustive()
     }
+}
+
+/// The stamp among `props` (`Err(())` when it appears more than once): compares
+/// each key by length, then bytes.
+macro_rules! scan_stamp {
+    ($props:expr, $key:ident) => {{
+        let mut found: Option<&str> = None;
+        let mut duplicate = false;
+        for p in $props.iter() {
+            let k = p.$key.as_bytes();
+            if k.len() == ATTR_KEY.len() && k == ATTR_KEY.as_bytes() {
+                duplicate |= found.is_some();
+                found = Some(p.value.as_str());
+            }
+        }
+        if duplicate {
+            Err(())
+        } else {
+            Ok(found)
+        }
+    }};
 }
 
 impl ClusterRouter {
@@ -688,20 +853,41 @@ impl ClusterRouter {
         stamp: Result<Option<&str>, StampError>,
         ledger_id: LedgerId,
     ) -> Result<Arc<dyn BookKeeper>, HookError> {
-        let routes = self.inner.routes.load();
+        match stamp {
+            Ok(s) => self.route_scanned(s, ledger_id),
+            Err(e) => Err(corrupt(e, ledger_id)),
+        }
+    }
+
+    #[inline(always)]
+    fn route_scanned(
+        &self,
+        stamp: Option<&str>,
+        ledger_id: LedgerId,
+    ) -> Result<Arc<dyn BookKeeper>, HookError> {
+        let inner = &*self.inner;
         let slot = match stamp {
-            Ok(Some(name)) => match routes.find(name) {
-                Some(slot) => slot,
-                None => return Err(unknown_cluster(name, ledger_id)),
-            },
-            Ok(None) => match &routes.bootstrap {
-                Some(Ok(index)) => &routes.slots[*index],
-                Some(Err(name)) => return Err(unknown_bootstrap(name, ledger_id)),
-                None => return Err(no_bootstrap(ledger_id)),
-            },
-            Err(e) => return Err(corrupt(e, ledger_id)),
+            Some(name) => {
+                let Some((index, slot)) = inner.find(name) else {
+                    return Err(unknown_cluster(name, ledger_id));
+                };
+                if index == inner.bootstrap.load(Ordering::Relaxed) {
+                    inner.learn_stamped_on_bootstrap(ledger_id);
+                }
+                slot
+            }
+            None => {
+                let index = inner.bootstrap.load(Ordering::Acquire);
+                if ledger_id > inner.lowest_stamped_on_bootstrap.load(Ordering::Relaxed) {
+                    return Err(self.unstamped_after_bootstrap(ledger_id));
+                }
+                match inner.slot(index) {
+                    Some(slot) => slot,
+                    None => return Err(self.no_bootstrap_slot(ledger_id)),
+                }
+            }
         };
-        let mode = self.inner.read_mode.load(Ordering::Relaxed);
+        let mode = inner.read_mode.load(Ordering::Relaxed);
         if mode != 0 {
             let active = slot.state.is_active();
             let refused = match ReadMode::from_u8(mode) {
@@ -713,9 +899,58 @@ impl ClusterRouter {
                 return Err(refused_by_mode(&slot.state.name, ledger_id, mode));
             }
         }
-        match &slot.client {
-            Some(c) => Ok(c.clone()),
-            None => Err(self.not_connected(&slot.state, ledger_id)),
+        if !slot.state.is_connected() {
+            return Err(self.not_connected(&slot.state, ledger_id));
+        }
+        Ok(slot.client.clone())
+    }
+
+    /// The duplicate-stamp error, from the proto crate's own check.
+    #[cold]
+    fn duplicate<T: Stamped>(info: &T, ledger_id: LedgerId) -> HookError {
+        match info.cluster_stamp() {
+            Err(e) => corrupt(e, ledger_id),
+            Ok(_) => HookError::new(
+                HookErrorKind::CorruptMetadata,
+                format!("ledger {ledger_id} carries the key {ATTR_KEY} more than once"),
+            )
+            .with_ledger(ledger_id),
+        }
+    }
+
+    #[cold]
+    fn unstamped_after_bootstrap(&self, ledger_id: LedgerId) -> HookError {
+        let inner = &*self.inner;
+        inner
+            .metrics
+            .unstamped_after_bootstrap
+            .fetch_add(1, Ordering::Relaxed);
+        let lowest = inner.lowest_stamped_on_bootstrap.load(Ordering::Relaxed);
+        let bootstrap = inner.book.lock().bootstrap.clone().unwrap_or_default();
+        tracing::error!(
+            ledger_id,
+            stamped_ledger_id = lowest,
+            bootstrap_cluster = %bootstrap,
+            "unstamped ledger created after bootstrap (I17)"
+        );
+        HookError::new(
+            HookErrorKind::CorruptMetadata,
+            format!(
+                "ledger {ledger_id} has no cluster stamp but is newer than ledger {lowest}, which \
+                 was created stamped on the bootstrap cluster '{bootstrap}': it was created after \
+                 bootstrap by a writer running without the multi-cluster plugin (I17); it is not \
+                 guessed to be on any cluster — find which cluster holds it and stamp it"
+            ),
+        )
+        .with_cluster(bootstrap)
+        .with_ledger(ledger_id)
+    }
+
+    #[cold]
+    fn no_bootstrap_slot(&self, ledger_id: LedgerId) -> HookError {
+        match self.inner.book.lock().bootstrap.clone() {
+            Some(name) => unknown_bootstrap(&name, ledger_id),
+            None => no_bootstrap(ledger_id),
         }
     }
 
@@ -766,6 +1001,13 @@ impl ClusterRouter {
 
     fn stamp(client: &dyn BookKeeper) -> Vec<(String, String)> {
         vec![(ATTR_KEY.to_owned(), client.cluster_name().to_owned())]
+    }
+
+    /// Whether `client` is a client of the bootstrap cluster.
+    fn is_bootstrap_client(&self, client: &dyn BookKeeper) -> bool {
+        self.inner
+            .slot(self.inner.bootstrap.load(Ordering::Acquire))
+            .is_some_and(|s| *s.state.name == *client.cluster_name())
     }
 }
 
@@ -835,47 +1077,63 @@ impl ActiveClientSupplier for ClusterRouter {
     /// Before the storage is initialized, a client whose every operation fails.
     #[inline]
     fn active_client(&self) -> Arc<dyn BookKeeper> {
-        match &self.inner.routes.load().active {
-            Some(c) => c.clone(),
-            None => self.inner.not_initialized.clone(),
+        let inner = &*self.inner;
+        match inner.slot(inner.active.load(Ordering::Acquire)) {
+            Some(slot) => slot.client.clone(),
+            None => inner.not_initialized.clone(),
         }
     }
 }
 
 impl LedgerResolver for ClusterRouter {
-    /// Stamp → that cluster's client; no stamp → the bootstrap cluster (I17);
+    /// Stamp → that cluster's client; no stamp → the bootstrap cluster (I17),
+    /// unless the ledger is newer than a ledger created stamped on the
+    /// bootstrap cluster (→ `CorruptMetadata`, see the [type docs](ClusterRouter));
     /// unknown cluster → `UnknownCluster`; duplicate stamp → `CorruptMetadata`;
     /// refused by the read mode → `RefusedByReadMode`; registered but not
     /// started → `ClusterUnavailable` (retryable, the client is started in the
     /// background).
-    #[inline]
+    #[inline(always)]
     fn resolve_ledger(&self, info: &LedgerInfo) -> Result<Arc<dyn BookKeeper>, HookError> {
-        self.route(info.cluster_stamp(), info.ledger_id)
+        match scan_stamp!(info.properties, key) {
+            Ok(stamp) => self.route_scanned(stamp, info.ledger_id),
+            Err(()) => Err(Self::duplicate(info, info.ledger_id)),
+        }
     }
 }
 
 impl CursorResolver for ClusterRouter {
-    #[inline]
+    #[inline(always)]
     fn resolve_cursor(&self, info: &ManagedCursorInfo) -> Result<Arc<dyn BookKeeper>, HookError> {
-        self.route(info.cluster_stamp(), info.cursors_ledger_id)
+        match scan_stamp!(info.cursor_properties, name) {
+            Ok(stamp) => self.route_scanned(stamp, info.cursors_ledger_id),
+            Err(()) => Err(Self::duplicate(info, info.cursors_ledger_id)),
+        }
     }
 }
 
 impl NewLedgerPropertiesProvider for ClusterRouter {
     /// `_pulsar.bookieClusterName` = the cluster of the client that created the
-    /// ledger (never re-reads the active cluster).
+    /// ledger (never re-reads the active cluster). A ledger created on the
+    /// bootstrap cluster teaches the I17 check its id.
     fn new_ledger_properties(
         &self,
         ctx: &NewLedgerContext<'_>,
     ) -> Result<Vec<(String, String)>, HookError> {
+        if self.is_bootstrap_client(ctx.client) {
+            self.inner.learn_stamped_on_bootstrap(ctx.ledger_id);
+        }
         Ok(Self::stamp(ctx.client))
     }
 }
 
 impl SchemaClientProvider for ClusterRouter {
-    #[inline]
+    #[inline(always)]
     fn resolve(&self, position: &PositionInfo) -> Result<Arc<dyn BookKeeper>, HookError> {
-        self.route(position.cluster_stamp(), position.ledger_id)
+        match scan_stamp!(position.properties, key) {
+            Ok(stamp) => self.route_scanned(stamp, position.ledger_id),
+            Err(()) => Err(Self::duplicate(position, position.ledger_id)),
+        }
     }
 
     fn active(&self) -> Arc<dyn BookKeeper> {

@@ -245,7 +245,8 @@ async fn read_modes_route_or_refuse() {
     env.storage.connect_cluster("bk-a").await.unwrap();
     env.storage.switch_active_cluster("bk-b").await.unwrap();
     let router = env.storage.router();
-    let (old, new, old_legacy) = (stamped(1, "bk-a"), stamped(2, "bk-b"), legacy(3));
+    // Legacy ids are below every id created stamped on the bootstrap cluster (I17).
+    let (old, new, old_legacy) = (stamped(10, "bk-a"), stamped(2, "bk-b"), legacy(3));
 
     assert_eq!(env.storage.read_mode(), ReadMode::DualRead);
     assert_eq!(router.resolve_ledger(&old).unwrap().cluster_name(), "bk-a");

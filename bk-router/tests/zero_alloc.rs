@@ -59,8 +59,9 @@ async fn resolve_and_supply_allocate_nothing() {
     storage.switch_active_cluster("bk-b").await.unwrap();
     let router = storage.router();
 
+    // Legacy ids are below every id created stamped on the bootstrap cluster (I17).
     let mut stamped = LedgerInfo {
-        ledger_id: 1,
+        ledger_id: 10,
         ..Default::default()
     };
     for i in 0..7 {

@@ -171,9 +171,19 @@ pub enum HookErrorKind {
 
 /// An error from a hook: what failed, on which ledger and cluster, and whether a
 /// retry can help.
+///
+/// The details live behind one box so that `Result<Arc<dyn BookKeeper>,
+/// HookError>` stays two words wide: resolvers sit on the hot read path and
+/// return through a trait object, where a wide error would be copied through
+/// memory on every successful call.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
+#[error("{}", .inner.message)]
 pub struct HookError {
+    inner: Box<HookErrorInner>,
+}
+
+#[derive(Debug, Clone)]
+struct HookErrorInner {
     kind: HookErrorKind,
     message: String,
     cluster: Option<String>,
@@ -185,54 +195,56 @@ impl HookError {
     /// A new error of `kind`; `message` should say what failed and what to do.
     pub fn new(kind: HookErrorKind, message: impl Into<String>) -> HookError {
         HookError {
-            kind,
-            message: message.into(),
-            cluster: None,
-            ledger_id: None,
-            retry_after: None,
+            inner: Box::new(HookErrorInner {
+                kind,
+                message: message.into(),
+                cluster: None,
+                ledger_id: None,
+                retry_after: None,
+            }),
         }
     }
 
     /// Attach the cluster concerned.
     pub fn with_cluster(mut self, cluster: impl Into<String>) -> HookError {
-        self.cluster = Some(cluster.into());
+        self.inner.cluster = Some(cluster.into());
         self
     }
 
     /// Attach the ledger concerned.
     pub fn with_ledger(mut self, ledger_id: LedgerId) -> HookError {
-        self.ledger_id = Some(ledger_id);
+        self.inner.ledger_id = Some(ledger_id);
         self
     }
 
     /// Attach a retry hint.
     pub fn with_retry_after(mut self, retry_after: Duration) -> HookError {
-        self.retry_after = Some(retry_after);
+        self.inner.retry_after = Some(retry_after);
         self
     }
 
     /// The kind of failure.
     pub fn kind(&self) -> HookErrorKind {
-        self.kind
+        self.inner.kind
     }
 
     /// The cluster concerned, when known.
     pub fn cluster(&self) -> Option<&str> {
-        self.cluster.as_deref()
+        self.inner.cluster.as_deref()
     }
 
     /// The ledger concerned, when known.
     pub fn ledger_id(&self) -> Option<LedgerId> {
-        self.ledger_id
+        self.inner.ledger_id
     }
 
     /// How long to wait before retrying, when a retry can help.
     pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
+        self.inner.retry_after
     }
 
     /// True when retrying later can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, HookErrorKind::ClusterUnavailable)
+        matches!(self.inner.kind, HookErrorKind::ClusterUnavailable)
     }
 }

@@ -1,0 +1,400 @@
+//! [`RegistrySync`]: every node follows the registry and the switch directive
+//! (SPEC §3, the config watcher).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bkswitch_registry::{
+    LeaderElection, Registry, RegistryEvent, RegistryWatcher, SwitchDirective,
+};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::{MultiClusterManagedLedgerStorage, ReadMode, RouterError, RouterMetrics};
+
+/// First pause before retrying a directive whose switch failed.
+pub const SYNC_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between retries of a directive whose switch keeps failing.
+pub const SYNC_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How often an origin-less directive re-checks the election while no leader
+/// is known.
+const LEADER_POLL: Duration = Duration::from_millis(50);
+
+/// A directive this node must orchestrate (BUILD → PROMOTE → CLEANUP), handed
+/// to the orchestrator through [`RegistrySync::take_duties`].
+///
+/// Of the nodes following one registry, exactly one gets each duty: the node
+/// named by the directive's `origin`, or, without an origin, the elected
+/// leader. A node that restarts gets the duty of the current directive again
+/// when it coordinates it: the orchestrator resumes from its persisted
+/// progress (I6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorDuty {
+    /// The directive's epoch.
+    pub epoch: i64,
+    /// The cluster to switch to.
+    pub target: String,
+    /// The node that asked for the switch, if named.
+    pub origin: Option<String>,
+}
+
+/// Follows a registry for one [`MultiClusterManagedLedgerStorage`]:
+///
+/// - a cluster record that appears or changes is registered for routing
+///   (DEPRECATED clusters included: old ledgers stay readable); a removed
+///   record changes nothing (logged);
+/// - a switch directive newer than the last applied one switches the active
+///   cluster to its target and sets the read mode to
+///   [`ReadMode::DualRead`]. If the target's client cannot start, the old
+///   cluster stays active, the failure is counted and the switch retried with
+///   backoff ([`SYNC_RETRY_MIN`] doubling up to [`SYNC_RETRY_MAX`]) until it
+///   succeeds or a newer directive arrives;
+/// - after applying a directive, this node takes the [`CoordinatorDuty`] when
+///   the directive's `origin` is this node, or when it has no origin and this
+///   node is the elected leader (the election is joined at start).
+///
+/// Reconnections and session expiries are covered by the registry watcher,
+/// which reads the registry again and reports what changed meanwhile.
+#[derive(Debug)]
+pub struct RegistrySync {
+    node_id: String,
+    applied: watch::Receiver<i64>,
+    duties: Mutex<Option<mpsc::UnboundedReceiver<CoordinatorDuty>>>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    election: Arc<LeaderElection>,
+    metrics: Arc<RouterMetrics>,
+}
+
+impl RegistrySync {
+    /// Joins the leader election as `node_id`, starts watching `registry` and
+    /// applies what it reports to `storage` (the current directive first, if
+    /// any). Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`RouterError::Registry`] when the election cannot be joined (e.g. an
+    /// empty node id) or the registry cannot be watched.
+    pub async fn start(
+        storage: MultiClusterManagedLedgerStorage,
+        registry: Registry,
+        node_id: &str,
+    ) -> Result<RegistrySync, RouterError> {
+        let election =
+            Arc::new(
+                registry
+                    .elect(node_id)
+                    .await
+                    .map_err(|source| RouterError::Registry {
+                        operation: format!("joining the leader election as '{node_id}'"),
+                        source,
+                    })?,
+            );
+        let watcher = match registry.watch().await {
+            Ok(w) => w,
+            Err(source) => {
+                let _ = election.resign().await;
+                return Err(RouterError::Registry {
+                    operation: format!("watching the registry at '{}'", registry.root()),
+                    source,
+                });
+            }
+        };
+        let metrics = storage.metrics();
+        let (applied_tx, applied) = watch::channel(0);
+        let (duty_tx, duty_rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = watch::channel(false);
+        let worker = Worker {
+            storage,
+            registry,
+            node_id: node_id.to_owned(),
+            election: election.clone(),
+            metrics: metrics.clone(),
+            applied: applied_tx,
+            duties: duty_tx,
+            last_applied: 0,
+            pending: None,
+            undecided: None,
+        };
+        let task = tokio::spawn(worker.run(watcher, stop_rx));
+        Ok(RegistrySync {
+            node_id: node_id.to_owned(),
+            applied,
+            duties: Mutex::new(Some(duty_rx)),
+            stop,
+            task: Mutex::new(Some(task)),
+            election,
+            metrics,
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The epoch of the last directive applied (0: none yet).
+    pub fn applied_epoch(&self) -> i64 {
+        *self.applied.borrow()
+    }
+
+    /// A receiver of the applied epoch, to wait for a directive to be applied
+    /// (`rx.wait_for(|e| *e >= epoch)`).
+    pub fn applied_epoch_watch(&self) -> watch::Receiver<i64> {
+        self.applied.clone()
+    }
+
+    /// The stream of duties this node must orchestrate; `Some` once (the
+    /// first call takes it). Duties are queued until taken.
+    pub fn take_duties(&self) -> Option<mpsc::UnboundedReceiver<CoordinatorDuty>> {
+        self.duties.lock().take()
+    }
+
+    /// Whether this node is the elected leader now.
+    pub fn is_leader(&self) -> bool {
+        self.election.is_leader()
+    }
+
+    /// The elected leader's node id as last seen, if known.
+    pub fn leader(&self) -> Option<String> {
+        self.election.leader()
+    }
+
+    /// The counters (shared with the storage).
+    pub fn metrics(&self) -> Arc<RouterMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Stops following the registry and leaves the election. Stopping twice is
+    /// harmless.
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        if let Err(e) = self.election.resign().await {
+            tracing::debug!(error = %e, node = %self.node_id, "leaving the leader election");
+        }
+    }
+}
+
+impl Drop for RegistrySync {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+/// A directive not applied yet, and when to try again.
+struct Pending {
+    directive: SwitchDirective,
+    received: Instant,
+    next_at: tokio::time::Instant,
+    backoff: Duration,
+}
+
+struct Worker {
+    storage: MultiClusterManagedLedgerStorage,
+    registry: Registry,
+    node_id: String,
+    election: Arc<LeaderElection>,
+    metrics: Arc<RouterMetrics>,
+    applied: watch::Sender<i64>,
+    duties: mpsc::UnboundedSender<CoordinatorDuty>,
+    last_applied: i64,
+    pending: Option<Pending>,
+    /// An applied origin-less directive waiting for a known leader.
+    undecided: Option<SwitchDirective>,
+}
+
+impl Worker {
+    async fn run(mut self, mut watcher: RegistryWatcher, mut stop: watch::Receiver<bool>) {
+        loop {
+            let retry_at = self.pending.as_ref().map(|p| p.next_at);
+            tokio::select! {
+                biased;
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        break;
+                    }
+                }
+                event = watcher.next_event() => match event {
+                    Some(event) => self.on_event(event).await,
+                    None => {
+                        tracing::info!(node = %self.node_id, "registry watcher ended (store closed)");
+                        break;
+                    }
+                },
+                () = sleep_until(retry_at), if retry_at.is_some() => self.attempt().await,
+                () = tokio::time::sleep(LEADER_POLL), if self.undecided.is_some() => {
+                    if let Some(d) = self.undecided.take() {
+                        self.coordinate(d);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_event(&mut self, event: RegistryEvent) {
+        match event {
+            RegistryEvent::ClusterAdded(rec) | RegistryEvent::ClusterChanged(rec) => {
+                if let Err(e) = self
+                    .storage
+                    .add_cluster(&rec.name, &rec.metadata_service_uri)
+                {
+                    tracing::warn!(
+                        cluster = %rec.name,
+                        uri = %rec.metadata_service_uri,
+                        error = %e,
+                        "registry cluster not routable"
+                    );
+                }
+            }
+            RegistryEvent::ClusterRemoved(name) => {
+                tracing::info!(
+                    cluster = %name,
+                    "cluster unregistered; it stays routable for ledgers stamped to it"
+                );
+            }
+            RegistryEvent::Directive(d) => {
+                let newest = self.pending.as_ref().map_or(self.last_applied, |p| {
+                    p.directive.epoch.max(self.last_applied)
+                });
+                if d.epoch > newest {
+                    self.undecided = None;
+                    self.pending = Some(Pending {
+                        directive: d,
+                        received: Instant::now(),
+                        next_at: tokio::time::Instant::now(),
+                        backoff: SYNC_RETRY_MIN,
+                    });
+                    self.attempt().await;
+                }
+            }
+            RegistryEvent::Resynced => {
+                self.metrics
+                    .registry_resyncs
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(node = %self.node_id, "registry read again after reconnection");
+            }
+            other => tracing::debug!(event = ?other, "registry event ignored"),
+        }
+    }
+
+    /// Tries to switch to the pending directive's target.
+    async fn attempt(&mut self) {
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
+        let target = p.directive.target.clone();
+        if !self.storage.clusters().iter().any(|(n, _)| *n == target) {
+            match self.registry.get(&target).await {
+                Ok(Some(rec)) => {
+                    let _ = self
+                        .storage
+                        .add_cluster(&rec.name, &rec.metadata_service_uri);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(cluster = %target, error = %e, "reading the target's record")
+                }
+            }
+        }
+        match self.storage.switch_active_cluster(&target).await {
+            Ok(()) => {
+                self.storage.set_read_mode(ReadMode::DualRead);
+                let Some(p) = self.pending.take() else {
+                    return;
+                };
+                let d = p.directive;
+                self.last_applied = d.epoch;
+                self.metrics
+                    .directives_applied
+                    .fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .last_applied_epoch
+                    .store(d.epoch, Ordering::Relaxed);
+                let since_written = now_ms().saturating_sub(d.ts);
+                tracing::info!(
+                    node = %self.node_id,
+                    target = %d.target,
+                    epoch = d.epoch,
+                    origin = d.origin.as_deref().unwrap_or(""),
+                    elapsed_ms = p.received.elapsed().as_millis() as u64,
+                    since_written_ms = since_written,
+                    "switch directive applied"
+                );
+                let epoch = d.epoch;
+                // Duty first, so that a waiter on the applied epoch sees it.
+                self.coordinate(d);
+                self.applied.send_replace(epoch);
+            }
+            Err(e) => {
+                self.metrics
+                    .directive_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                p.next_at = tokio::time::Instant::now() + p.backoff;
+                tracing::warn!(
+                    node = %self.node_id,
+                    target = %target,
+                    epoch = p.directive.epoch,
+                    retry_in_ms = p.backoff.as_millis() as u64,
+                    error = %e,
+                    "switch directive not applied; the active cluster is unchanged, retrying"
+                );
+                p.backoff = (p.backoff * 2).min(SYNC_RETRY_MAX);
+            }
+        }
+    }
+
+    /// Takes the duty of an applied directive if this node coordinates it.
+    fn coordinate(&mut self, d: SwitchDirective) {
+        let mine = match d.origin.as_deref().filter(|o| !o.is_empty()) {
+            Some(origin) => origin == self.node_id,
+            None if self.election.is_leader() => true,
+            None if self.election.leader().is_none() => {
+                // No leader known now (e.g. the connection is lost): decide
+                // once the election settles, unless a newer directive comes.
+                self.undecided = Some(d);
+                return;
+            }
+            None => false,
+        };
+        if !mine {
+            return;
+        }
+        self.metrics
+            .coordinator_duties
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            node = %self.node_id,
+            target = %d.target,
+            epoch = d.epoch,
+            "this node coordinates the switch"
+        );
+        let _ = self.duties.send(CoordinatorDuty {
+            epoch: d.epoch,
+            target: d.target,
+            origin: d.origin,
+        });
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
