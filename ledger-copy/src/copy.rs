@@ -1,0 +1,378 @@
+//! [`copy_ledger_preserving_ids`]: the streaming copy.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bkswitch_bk_client::{
+    BkError, BkErrorKind, BookKeeper, BookKeeperExt, EntryId, LedgerConfig, LedgerEntry, LedgerId,
+    ReadHandle, WriteHandle, NO_ENTRY,
+};
+use futures::future::BoxFuture;
+use tracing::Instrument;
+
+use crate::verify::{snapshot_lac, snapshot_length, verify_against};
+use crate::{CopyError, CopyOptions, CopyOutcome, CopyProgress, CopyReport, Verification};
+
+static LEDGER_ID_CONFLICTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many copies in this process found the destination ledger id already taken
+/// by an identical ledger ([`CopyOutcome::AlreadyPresent`]); exported as the metric
+/// `migration_ledger_id_conflict_total`.
+pub fn migration_ledger_id_conflict_total() -> u64 {
+    LEDGER_ID_CONFLICTS.load(Ordering::Relaxed)
+}
+
+/// Copy the ledger `ledger_id` from `src` to `dst`, keeping its ledger id, entry
+/// ids, quorum sizes, digest type, password and custom metadata (invariant I8).
+///
+/// # Steps
+/// 1. Open the source **without recovery** (a recovery open would fence a live
+///    writer) and take the snapshot `0..=LAC`: the metadata's `last_entry_id` when
+///    the source is closed, the handle's last add confirmed otherwise. Entries the
+///    writer adds later are not copied.
+/// 2. `create_ledger_adv(ledger_id, LedgerConfig::from_metadata(source))` on `dst`.
+/// 3. Stream: read the source in batches and write each entry with
+///    `add_entry_at(same entry id)`, keeping at most `options.window` entries in
+///    flight (read and not yet handed to the destination, plus adds not yet
+///    acknowledged). Memory is bounded by `window` × the largest entry, whatever the
+///    ledger's size. `options.progress` is called after every batch.
+/// 4. Close (seal) the destination.
+///
+/// # Existing destination
+/// When `create_ledger_adv` reports `LedgerExists` (-20) and
+/// `options.verify_existing` is set, the existing ledger is compared with the source
+/// snapshot ([`verify_dst_matches_src`](crate::verify_dst_matches_src) rules). If it
+/// is identical the call succeeds with [`CopyOutcome::AlreadyPresent`] and
+/// increments [`migration_ledger_id_conflict_total`]; otherwise it fails with
+/// [`CopyError::Mismatch`]. The existing ledger is never modified.
+///
+/// # Failure midway
+/// When a read or write fails after the destination was created, the destination
+/// handle is closed and the partial destination ledger — created by this call, so
+/// no one else writes it — is deleted, so the copy can simply be retried. When the
+/// destination cluster is unreachable the delete fails too (logged as a warning);
+/// a retry then finds `LedgerExists` with fewer entries and fails with
+/// [`CopyError::Mismatch`]: delete the ledger on the destination, then retry.
+///
+/// # Errors
+/// - [`CopyError::InvalidArgument`]: negative ledger id or zero window.
+/// - [`CopyError::SourceRead`]: the source cannot be opened (missing: not
+///   retryable; unavailable: retryable) or read.
+/// - [`CopyError::DestinationWrite`]: create, add or close on the destination
+///   failed (also `LedgerExists` when `verify_existing` is off).
+/// - [`CopyError::DestinationRead`]: verifying an existing destination could not
+///   read it.
+/// - [`CopyError::Mismatch`]: the destination already holds different content.
+pub async fn copy_ledger_preserving_ids(
+    ledger_id: LedgerId,
+    src: &dyn BookKeeper,
+    dst: &dyn BookKeeper,
+    options: &CopyOptions,
+) -> Result<CopyReport, CopyError> {
+    let span = tracing::info_span!(
+        "copy_ledger",
+        ledger_id,
+        src_cluster = src.cluster_name(),
+        dst_cluster = dst.cluster_name()
+    );
+    copy_inner(ledger_id, src, dst, options)
+        .instrument(span)
+        .await
+}
+
+pub(crate) fn check_args(ledger_id: LedgerId, options: &CopyOptions) -> Result<(), CopyError> {
+    if ledger_id < 0 {
+        return Err(CopyError::InvalidArgument {
+            ledger_id,
+            reason: format!("ledger id {ledger_id} is negative; ledger ids are >= 0"),
+        });
+    }
+    if options.window == 0 {
+        return Err(CopyError::InvalidArgument {
+            ledger_id,
+            reason: "the window is 0; allow at least one entry in flight".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Read `first..=last` and check that exactly those entries came back, in order.
+pub(crate) async fn read_batch(
+    handle: &dyn ReadHandle,
+    first: EntryId,
+    last: EntryId,
+) -> Result<Vec<LedgerEntry>, BkError> {
+    let entries = handle.read_entries(first, last).await?;
+    let expected = (last - first + 1) as usize;
+    let in_order = entries.iter().zip(first..).all(|(e, id)| e.entry_id == id);
+    if entries.len() != expected || !in_order {
+        return Err(BkError::new(
+            BkErrorKind::Other,
+            format!(
+                "read of entries {first}..={last} returned {} entries, not the {expected} \
+                 requested in id order",
+                entries.len()
+            ),
+        )
+        .with_ledger(handle.id()));
+    }
+    Ok(entries)
+}
+
+async fn copy_inner(
+    ledger_id: LedgerId,
+    src: &dyn BookKeeper,
+    dst: &dyn BookKeeper,
+    options: &CopyOptions,
+) -> Result<CopyReport, CopyError> {
+    let started = Instant::now();
+    check_args(ledger_id, options)?;
+    let src_err = |source| CopyError::SourceRead {
+        ledger_id,
+        cluster: src.cluster_name().to_string(),
+        source,
+    };
+    let dst_err = |source| CopyError::DestinationWrite {
+        ledger_id,
+        cluster: dst.cluster_name().to_string(),
+        source,
+    };
+
+    let source = src
+        .open_ledger_no_recovery(ledger_id, options.digest_type, &options.password)
+        .await
+        .map_err(src_err)?;
+    let meta = source.metadata();
+    let lac = snapshot_lac(source.as_ref(), &meta);
+    let length = snapshot_length(source.as_ref(), &meta);
+    tracing::debug!(
+        lac,
+        length,
+        closed = meta.is_closed(),
+        "source snapshot opened"
+    );
+
+    let config = LedgerConfig::from_metadata(&meta);
+    let dest = match dst.create_ledger_adv(ledger_id, &config).await {
+        Ok(h) => h,
+        Err(e) if e.kind() == BkErrorKind::LedgerExists && options.verify_existing => {
+            return already_exists(
+                ledger_id,
+                src.cluster_name(),
+                source.as_ref(),
+                &meta,
+                lac,
+                length,
+                dst,
+                options,
+                started,
+            )
+            .await;
+        }
+        Err(e) => return Err(dst_err(e)),
+    };
+
+    match stream_entries(ledger_id, source.as_ref(), dest.as_ref(), lac, options).await {
+        Ok((entries, bytes)) => {
+            dest.close().await.map_err(|e| {
+                // Unsealed but complete: leave it, a retry verifies it as identical.
+                tracing::warn!(error = %e, "closing the destination ledger failed");
+                dst_err(e)
+            })?;
+            tracing::info!(entries, bytes, "ledger copied");
+            Ok(CopyReport {
+                ledger_id,
+                outcome: crate::CopyOutcome::Copied,
+                entries,
+                bytes,
+                last_entry_id: lac,
+                duration: started.elapsed(),
+            })
+        }
+        Err(failure) => {
+            abandon(ledger_id, dst, dest.as_ref()).await;
+            Err(match failure {
+                Failure::Read(e) => src_err(e),
+                Failure::Write(e) => dst_err(e),
+            })
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn already_exists(
+    ledger_id: LedgerId,
+    src_cluster: &str,
+    source: &dyn ReadHandle,
+    meta: &bkswitch_bk_client::LedgerMetadata,
+    lac: EntryId,
+    length: u64,
+    dst: &dyn BookKeeper,
+    options: &CopyOptions,
+    started: Instant,
+) -> Result<CopyReport, CopyError> {
+    match verify_against(
+        ledger_id,
+        src_cluster,
+        source,
+        meta,
+        lac,
+        length,
+        dst,
+        options.window,
+    )
+    .await?
+    {
+        Verification::Identical {
+            last_entry_id,
+            length,
+        } => {
+            LEDGER_ID_CONFLICTS.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                last_entry_id,
+                length,
+                "destination already holds an identical ledger"
+            );
+            Ok(CopyReport {
+                ledger_id,
+                outcome: CopyOutcome::AlreadyPresent,
+                entries: (last_entry_id + 1) as u64,
+                bytes: length,
+                last_entry_id,
+                duration: started.elapsed(),
+            })
+        }
+        Verification::Different { reason } => {
+            tracing::warn!(%reason, "destination already holds a different ledger");
+            Err(CopyError::Mismatch { ledger_id, reason })
+        }
+    }
+}
+
+enum Failure {
+    Read(BkError),
+    Write(BkError),
+}
+
+struct InFlight {
+    entry_id: EntryId,
+    bytes: u64,
+    ack: BoxFuture<'static, bkswitch_bk_client::Result<EntryId>>,
+}
+
+/// Copy `0..=lac`, at most `options.window` entries in flight; returns the
+/// entries and bytes acknowledged.
+async fn stream_entries(
+    ledger_id: LedgerId,
+    source: &dyn ReadHandle,
+    dest: &dyn WriteHandle,
+    lac: EntryId,
+    options: &CopyOptions,
+) -> Result<(u64, u64), Failure> {
+    let window = options.window;
+    // Refill once half the window is free, so reads overlap with pending adds.
+    let read_batch_size = window.div_ceil(2).max(1);
+    let mut pending: VecDeque<InFlight> = VecDeque::with_capacity(window);
+    let mut acked = Acked {
+        ledger_id,
+        entries: 0,
+        bytes: 0,
+        last_entry_id: NO_ENTRY,
+        reported: None,
+        progress: options.progress.clone(),
+    };
+    let mut next: EntryId = 0;
+    while next <= lac {
+        let remaining = (lac - next + 1) as u64;
+        let wanted = (read_batch_size as u64).min(remaining) as usize;
+        while window - pending.len() < wanted {
+            acked.await_oldest(&mut pending).await?;
+        }
+        acked.report(false);
+        let n = ((window - pending.len()) as u64).min(remaining) as EntryId;
+        let last = next + n - 1;
+        let entries = read_batch(source, next, last)
+            .await
+            .map_err(Failure::Read)?;
+        for entry in entries {
+            pending.push_back(InFlight {
+                entry_id: entry.entry_id,
+                bytes: entry.data.len() as u64,
+                ack: dest.add_entry_at(entry.entry_id, entry.data),
+            });
+        }
+        next = last + 1;
+    }
+    while !pending.is_empty() {
+        acked.await_oldest(&mut pending).await?;
+    }
+    acked.report(true);
+    Ok((acked.entries, acked.bytes))
+}
+
+struct Acked {
+    ledger_id: LedgerId,
+    entries: u64,
+    bytes: u64,
+    last_entry_id: EntryId,
+    reported: Option<u64>,
+    progress: Option<crate::options::ProgressFn>,
+}
+
+impl Acked {
+    /// Wait for the oldest pending add (completions come in entry-id order).
+    async fn await_oldest(&mut self, pending: &mut VecDeque<InFlight>) -> Result<(), Failure> {
+        if let Some(add) = pending.pop_front() {
+            let id = add.ack.await.map_err(Failure::Write)?;
+            if id != add.entry_id {
+                return Err(Failure::Write(
+                    BkError::new(
+                        BkErrorKind::Other,
+                        format!(
+                            "add_entry_at({}) was acknowledged as entry {id}",
+                            add.entry_id
+                        ),
+                    )
+                    .with_ledger(self.ledger_id),
+                ));
+            }
+            self.entries += 1;
+            self.bytes += add.bytes;
+            self.last_entry_id = id;
+        }
+        Ok(())
+    }
+
+    /// Call the progress callback if something was acknowledged since the last call;
+    /// the final call reports even an empty ledger.
+    fn report(&mut self, final_call: bool) {
+        if self.reported == Some(self.entries) || (self.entries == 0 && !final_call) {
+            return;
+        }
+        self.reported = Some(self.entries);
+        if let Some(cb) = &self.progress {
+            cb(&CopyProgress {
+                ledger_id: self.ledger_id,
+                entries_copied: self.entries,
+                bytes_copied: self.bytes,
+                last_entry_id: self.last_entry_id,
+            });
+        }
+    }
+}
+
+/// After a failure midway: close the destination handle (fails its pending adds)
+/// and delete the partial ledger this call created.
+async fn abandon(ledger_id: LedgerId, dst: &dyn BookKeeper, dest: &dyn WriteHandle) {
+    if let Err(e) = dest.close().await {
+        tracing::debug!(error = %e, "closing the partial destination ledger failed");
+    }
+    match dst.delete_ledger_if_exists(ledger_id).await {
+        Ok(_) => tracing::info!("deleted the partial destination ledger"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not delete the partial destination ledger; delete it before copying again"
+        ),
+    }
+}

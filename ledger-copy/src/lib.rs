@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod copy;
+mod error;
+mod options;
+mod verify;
+
+pub use copy::{copy_ledger_preserving_ids, migration_ledger_id_conflict_total};
+pub use error::CopyError;
+pub use options::{
+    CopyOptions, CopyOutcome, CopyProgress, CopyReport, ProgressFn, Verification, DEFAULT_WINDOW,
+};
+pub use verify::verify_dst_matches_src;
