@@ -1,0 +1,158 @@
+//! The one error type of the crate.
+
+use bkswitch_metadata_store::MetadataError;
+use bkswitch_registry::{PrecheckResult, RegistryError};
+
+/// Result alias of the crate.
+pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;
+
+/// Error of every orchestrator operation.
+///
+/// Refusals (unknown or DEPRECATED target, precheck failure, cleanup inside the
+/// rollback window, rollback after cleanup, …) are returned before anything is
+/// written: the store is left untouched.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum OrchestratorError {
+    /// The target cluster is not registered.
+    #[error(
+        "bookie cluster `{name}` is not registered; register it (STANDBY) before switching to it"
+    )]
+    UnknownCluster {
+        /// The unknown cluster.
+        name: String,
+    },
+    /// The target cluster is DEPRECATED.
+    #[error("bookie cluster `{name}` is DEPRECATED and cannot become the switch target again; register the cluster under a new name")]
+    ClusterDeprecated {
+        /// The deprecated cluster.
+        name: String,
+    },
+    /// The target cluster already is the ACTIVE cluster and no switch to it is recorded.
+    #[error("bookie cluster `{name}` already is the ACTIVE cluster; nothing to switch")]
+    AlreadyActive {
+        /// The active cluster.
+        name: String,
+    },
+    /// No cluster is ACTIVE in the registry, so there is no switch source.
+    #[error("no bookie cluster is ACTIVE in the registry; start the storage (it registers its cluster) before switching")]
+    NoActiveCluster,
+    /// The idgen precheck (I11) refused the switch.
+    #[error("idgen precheck refused the switch from `{}` to `{}`: {} copied ledger id(s) are not below the target's next ledger id {} (at risk: {:?}); advance the target cluster's ledger id generator beyond {:?} and retry", .0.source_cluster_name, .0.target_cluster_name, .0.at_risk_ledger_count, .0.target_next_ledger_id, .0.at_risk_ledger_ids, .0.source_max_ledger_id.max(.0.source_next_ledger_id.map(|n| n - 1)))]
+    PrecheckFailed(Box<PrecheckResult>),
+    /// Another switch is still in progress.
+    #[error("switch `{switch_id}` to `{target}` is still in progress (phase {phase}); finish it (run/cleanup) or roll it back first")]
+    SwitchInProgress {
+        /// The switch in progress.
+        switch_id: String,
+        /// Its target.
+        target: String,
+        /// Its phase.
+        phase: String,
+    },
+    /// No switch with this id is recorded.
+    #[error("no switch `{switch_id}` is recorded; list the switches with `current_status`")]
+    NoSuchSwitch {
+        /// The unknown switch id.
+        switch_id: String,
+    },
+    /// Cleanup was asked inside the rollback window without `force`.
+    #[error("switch `{switch_id}` is inside its rollback window until {deadline_ms} ms since the epoch; wait, roll back, or pass force=true to clean up now (rollback is then impossible)")]
+    InsideRollbackWindow {
+        /// The switch.
+        switch_id: String,
+        /// End of the rollback window, milliseconds since the Unix epoch.
+        deadline_ms: i64,
+    },
+    /// Rollback after the window closed.
+    #[error("the rollback window of switch `{switch_id}` closed at {deadline_ms} ms since the epoch; switch forward to the old cluster instead (a new switch)")]
+    RollbackWindowClosed {
+        /// The switch.
+        switch_id: String,
+        /// End of the rollback window.
+        deadline_ms: i64,
+    },
+    /// Rollback after cleanup deleted old-cluster copies.
+    #[error("cleanup of switch `{switch_id}` has started deleting old-cluster copies; it cannot be rolled back any more: finish the cleanup, then switch forward to the old cluster if needed")]
+    CleanupStarted {
+        /// The switch.
+        switch_id: String,
+    },
+    /// The operation does not apply in the switch's current phase.
+    #[error("switch `{switch_id}` is in phase {phase}: {reason}")]
+    WrongPhase {
+        /// The switch.
+        switch_id: String,
+        /// Its phase.
+        phase: String,
+        /// What the operator can do.
+        reason: String,
+    },
+    /// The run did not converge (cursor owners unavailable, contended locators, …);
+    /// progress is recorded and `resume` continues.
+    #[error("switch `{switch_id}` did not finish {phase}: {reason}; call resume to continue")]
+    NotConverged {
+        /// The switch.
+        switch_id: String,
+        /// The phase that did not finish.
+        phase: String,
+        /// Why.
+        reason: String,
+    },
+    /// A stored orchestrator record cannot be understood.
+    #[error("corrupt orchestrator record `{path}`: {reason}; repair or delete the node by hand")]
+    Corrupt {
+        /// The node.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A BookKeeper client could not be obtained or failed outside a per-ledger step.
+    #[error("bookie cluster `{cluster}`: {reason}; check that the cluster is reachable and retry")]
+    Client {
+        /// The cluster.
+        cluster: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The registry failed.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The metadata store failed.
+    #[error("metadata store failed while {what}: {source}; retry (progress is recorded)")]
+    Metadata {
+        /// What was being done.
+        what: String,
+        /// The store error.
+        source: MetadataError,
+    },
+    /// A failpoint injected a crash (only with the `failpoints` feature).
+    #[error("failpoint `{point}` injected a crash; resume the switch")]
+    Injected {
+        /// The failpoint.
+        point: &'static str,
+    },
+}
+
+impl OrchestratorError {
+    pub(crate) fn metadata(what: impl Into<String>, source: MetadataError) -> Self {
+        OrchestratorError::Metadata {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// Whether retrying (or resuming) the same operation may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OrchestratorError::NotConverged { .. } | OrchestratorError::Injected { .. } => true,
+            OrchestratorError::Client { .. } => true,
+            OrchestratorError::Metadata { source, .. } => {
+                source.is_retryable() || source.is_conflict()
+            }
+            OrchestratorError::Registry(RegistryError::Conflict { .. }) => true,
+            OrchestratorError::Registry(RegistryError::Metadata(e)) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,36 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod model;
+mod orchestrator;
+mod owners;
+mod scan;
+
+pub use error::{OrchestratorError, Result};
+pub use model::{
+    CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, LedgerRecord,
+    LedgerState, Phase, SwitchRecord, SwitchStatus,
+};
+pub use orchestrator::{CopyStats, Orchestrator, OrchestratorConfig, MAX_FAILURES_LISTED};
+pub use owners::{
+    ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics,
+    NoOwners, PromoteError, RolloverReport, StaticClients, TopicOwners,
+};
+
+/// Every failpoint of the switch path (compiled only with the `failpoints`
+/// feature), for crash tests.
+pub const FAILPOINTS: &[&str] = &[
+    "orchestrator::directive",
+    "orchestrator::switch_record",
+    "orchestrator::copy",
+    "orchestrator::ledger_record",
+    "orchestrator::schema_cas",
+    "orchestrator::cursor_promote",
+    "orchestrator::delete_target_copy",
+    "orchestrator::cleanup_delete",
+    "orchestrator::status_flip",
+    "orchestrator::rollback_directive",
+    "orchestrator::rollback_schema",
+    "orchestrator::rollback_cursor",
+];
