@@ -1,0 +1,346 @@
+//! Live traffic for the demo and the end-to-end tests: one producer and one
+//! acknowledging consumer per topic, with per-phase publish latencies and
+//! consumer gap/duplicate detection.
+//!
+//! Every payload carries its topic-local sequence number. A consumer expects
+//! the sequence to increase by one; a higher number is a **gap** (a lost
+//! acknowledged entry), a lower or equal one a **duplicate** (at-least-once
+//! redelivery). Publishes are retried on retryable errors and every failed
+//! attempt is counted.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_managed_ledger::{ManagedCursor, ManagedLedger, Position};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+/// Phase of the run a publish latency is attributed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// Before the switch directive.
+    Before,
+    /// From the directive until the switch reached SWITCHED.
+    During,
+    /// After the switch.
+    After,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Before,
+            1 => Phase::During,
+            _ => Phase::After,
+        }
+    }
+}
+
+/// Publish statistics of one phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseStats {
+    /// Acknowledged publishes.
+    pub published: u64,
+    /// Acknowledged publishes per second over the phase.
+    pub throughput_per_sec: f64,
+    /// Median publish latency, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile publish latency, microseconds.
+    pub p99_us: u64,
+    /// Phase length, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// What a [`Traffic`] run observed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficReport {
+    /// Acknowledged publishes.
+    pub published: u64,
+    /// Entries delivered to consumers (first deliveries only).
+    pub consumed: u64,
+    /// Failed publish attempts (each retried).
+    pub publish_failures: u64,
+    /// Sequence numbers a consumer never saw although a later one arrived.
+    pub consumer_gaps: u64,
+    /// Redelivered entries (at-least-once duplicates).
+    pub consumer_duplicates: u64,
+    /// Failed consumer reads or acknowledgements (each retried).
+    pub consumer_errors: u64,
+    /// Per-phase publish statistics.
+    pub phases: BTreeMap<String, PhaseStats>,
+    /// First publish error seen, if any.
+    pub first_publish_error: Option<String>,
+    /// First consumer error seen, if any.
+    pub first_consumer_error: Option<String>,
+    /// The last mark-delete position each consumer persisted successfully.
+    #[serde(skip)]
+    pub acknowledged: BTreeMap<String, Position>,
+}
+
+/// One topic under traffic.
+#[derive(Debug, Clone)]
+pub struct TopicHandle {
+    /// The topic's managed ledger.
+    pub ledger: ManagedLedger,
+    /// The consumer's cursor.
+    pub cursor: ManagedCursor,
+}
+
+#[derive(Default)]
+struct Shared {
+    published: AtomicU64,
+    consumed: AtomicU64,
+    publish_failures: AtomicU64,
+    gaps: AtomicU64,
+    duplicates: AtomicU64,
+    consumer_errors: AtomicU64,
+    phase: AtomicU8,
+    stop_producers: AtomicBool,
+    stop_consumers: AtomicBool,
+    latencies: Mutex<[Vec<u32>; 3]>,
+    phase_started: Mutex<[Option<Instant>; 4]>,
+    first_publish_error: Mutex<Option<String>>,
+    first_consumer_error: Mutex<Option<String>>,
+    /// Last acknowledged mark-delete position per topic.
+    acked: Mutex<BTreeMap<String, Position>>,
+    /// Highest sequence published per topic.
+    last_published: Mutex<BTreeMap<String, u64>>,
+    /// Highest sequence consumed per topic.
+    last_consumed: Mutex<BTreeMap<String, u64>>,
+}
+
+/// Producers and consumers running on a set of topics.
+pub struct Traffic {
+    shared: Arc<Shared>,
+    producers: JoinSet<()>,
+    consumers: JoinSet<()>,
+}
+
+impl std::fmt::Debug for Traffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Traffic")
+            .field("published", &self.shared.published.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn encode(seq: u64, size: usize) -> Bytes {
+    let mut v = vec![0u8; size.max(8)];
+    v[..8].copy_from_slice(&seq.to_be_bytes());
+    Bytes::from(v)
+}
+
+fn decode(data: &[u8]) -> Option<u64> {
+    data.get(..8)
+        .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+impl Traffic {
+    /// Starts one producer (`rate_per_topic` publishes per second, payloads of
+    /// `payload_size` bytes) and one consumer per topic. Sequence numbers start
+    /// at 1.
+    pub fn start(topics: &[TopicHandle], rate_per_topic: u32, payload_size: usize) -> Traffic {
+        let shared = Arc::new(Shared::default());
+        shared.phase_started.lock()[0] = Some(Instant::now());
+        let mut producers = JoinSet::new();
+        let mut consumers = JoinSet::new();
+        let interval = Duration::from_secs_f64(1.0 / f64::from(rate_per_topic.max(1)));
+        for t in topics {
+            let s = shared.clone();
+            let ml = t.ledger.clone();
+            producers.spawn(async move { produce(s, ml, interval, payload_size).await });
+            let s = shared.clone();
+            let cursor = t.cursor.clone();
+            let name = t.ledger.name().to_owned();
+            consumers.spawn(async move { consume(s, name, cursor).await });
+        }
+        Traffic {
+            shared,
+            producers,
+            consumers,
+        }
+    }
+
+    /// Attributes the following publishes to `phase`.
+    pub fn set_phase(&self, phase: Phase) {
+        let i = phase as usize;
+        self.shared.phase.store(i as u8, Ordering::Release);
+        self.shared.phase_started.lock()[i] = Some(Instant::now());
+    }
+
+    /// Acknowledged publishes so far.
+    pub fn published(&self) -> u64 {
+        self.shared.published.load(Ordering::Relaxed)
+    }
+
+    /// The last mark-delete position each consumer acknowledged successfully.
+    pub fn acknowledged(&self) -> BTreeMap<String, Position> {
+        self.shared.acked.lock().clone()
+    }
+
+    /// Stops the producers, lets the consumers drain everything published
+    /// (up to `drain_timeout`), stops them and reports.
+    pub async fn stop(mut self, drain_timeout: Duration) -> TrafficReport {
+        self.shared.stop_producers.store(true, Ordering::Release);
+        while self.producers.join_next().await.is_some() {}
+        let end = Instant::now();
+        let deadline = Instant::now() + drain_timeout;
+        loop {
+            let done = {
+                let p = self.shared.last_published.lock();
+                let c = self.shared.last_consumed.lock();
+                p.iter().all(|(k, v)| c.get(k).copied().unwrap_or(0) >= *v)
+            };
+            if done || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.shared.stop_consumers.store(true, Ordering::Release);
+        while self.consumers.join_next().await.is_some() {}
+        self.report(end)
+    }
+
+    fn report(&self, end: Instant) -> TrafficReport {
+        let s = &self.shared;
+        let starts = *s.phase_started.lock();
+        let lat = s.latencies.lock();
+        let mut phases = BTreeMap::new();
+        for (i, name) in ["before", "during", "after"].iter().enumerate() {
+            let Some(start) = starts[i] else { continue };
+            let stop = starts[i + 1..]
+                .iter()
+                .flatten()
+                .next()
+                .copied()
+                .unwrap_or(end);
+            let mut v = lat[i].clone();
+            v.sort_unstable();
+            let pct = |q: f64| -> u64 {
+                if v.is_empty() {
+                    0
+                } else {
+                    u64::from(v[((v.len() - 1) as f64 * q).round() as usize])
+                }
+            };
+            let duration = stop.saturating_duration_since(start);
+            phases.insert(
+                (*name).to_owned(),
+                PhaseStats {
+                    published: v.len() as u64,
+                    throughput_per_sec: v.len() as f64 / duration.as_secs_f64().max(1e-3),
+                    p50_us: pct(0.50),
+                    p99_us: pct(0.99),
+                    duration_ms: duration.as_millis() as u64,
+                },
+            );
+        }
+        TrafficReport {
+            published: s.published.load(Ordering::Relaxed),
+            consumed: s.consumed.load(Ordering::Relaxed),
+            publish_failures: s.publish_failures.load(Ordering::Relaxed),
+            consumer_gaps: s.gaps.load(Ordering::Relaxed),
+            consumer_duplicates: s.duplicates.load(Ordering::Relaxed),
+            consumer_errors: s.consumer_errors.load(Ordering::Relaxed),
+            phases,
+            first_publish_error: s.first_publish_error.lock().clone(),
+            first_consumer_error: s.first_consumer_error.lock().clone(),
+            acknowledged: s.acked.lock().clone(),
+        }
+    }
+}
+
+async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: usize) {
+    let name = ml.name().to_owned();
+    let mut seq = 1u64;
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !s.stop_producers.load(Ordering::Acquire) {
+        tick.tick().await;
+        let started = Instant::now();
+        loop {
+            match ml.append(encode(seq, size)).await {
+                Ok(_) => break,
+                Err(e) => {
+                    s.publish_failures.fetch_add(1, Ordering::Relaxed);
+                    s.first_publish_error
+                        .lock()
+                        .get_or_insert_with(|| format!("{name}: {e}"));
+                    if !e.is_retryable() || s.stop_producers.load(Ordering::Acquire) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        let phase = Phase::from_u8(s.phase.load(Ordering::Acquire)) as usize;
+        s.latencies.lock()[phase].push(micros);
+        s.published.fetch_add(1, Ordering::Relaxed);
+        s.last_published.lock().insert(name.clone(), seq);
+        seq += 1;
+    }
+}
+
+async fn consume(s: Arc<Shared>, name: String, cursor: ManagedCursor) {
+    let mut expected = 1u64;
+    while !s.stop_consumers.load(Ordering::Acquire) {
+        let entries = match cursor.read_entries(64).await {
+            Ok(e) => e,
+            Err(e) => {
+                s.consumer_errors.fetch_add(1, Ordering::Relaxed);
+                s.first_consumer_error
+                    .lock()
+                    .get_or_insert_with(|| format!("{name}: {e}"));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Some(last) = entries.last().map(|e| e.position) else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        for e in &entries {
+            match decode(&e.data) {
+                Some(seq) if seq == expected => {
+                    expected += 1;
+                    s.consumed.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(seq) if seq > expected => {
+                    s.gaps.fetch_add(seq - expected, Ordering::Relaxed);
+                    s.consumed.fetch_add(1, Ordering::Relaxed);
+                    expected = seq + 1;
+                }
+                _ => {
+                    s.duplicates.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        s.last_consumed.lock().insert(name.clone(), expected - 1);
+        loop {
+            match cursor.mark_delete(last).await {
+                Ok(()) => {
+                    s.acked.lock().insert(name.clone(), last);
+                    break;
+                }
+                Err(e) => {
+                    s.consumer_errors.fetch_add(1, Ordering::Relaxed);
+                    s.first_consumer_error
+                        .lock()
+                        .get_or_insert_with(|| format!("{name}: mark-delete: {e}"));
+                    if !e.is_retryable() || s.stop_consumers.load(Ordering::Acquire) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The operator's tools against a real node: the `bookie-clusters` CLI (in
+//! process) through a whole switch, the `bookie-switch serve` binary, and the
+//! demo (cleanup and rollback runs, JSON summary).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bkswitch_admin::cli::{run, Cli};
+use bkswitch_admin::demo::{run_demo, DemoOptions};
+use bkswitch_managed_ledger::InitialPosition;
+use bkswitch_metadata_store::MemoryStore;
+use clap::Parser;
+use common::*;
+
+async fn cli(url: &str, args: &[&str]) -> Result<String, String> {
+    let mut argv = vec!["bookie-clusters", "--url", url, "--token", ADMIN];
+    argv.extend_from_slice(args);
+    let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    match run(parsed, &mut out).await {
+        Ok(()) => Ok(String::from_utf8(out).unwrap()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_drives_a_whole_switch_against_a_real_node() {
+    let store = Arc::new(MemoryStore::new());
+    let clusters = clusters();
+    let node = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let ml = node
+        .open_topic("public/default/persistent/cli-topic")
+        .await
+        .unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let p = ml.append(b"m".to_vec()).await.unwrap();
+    c.mark_delete(p).await.unwrap();
+    let url = node.url().to_owned();
+
+    let out = cli(&url, &["list"]).await.unwrap();
+    assert!(out.contains("old") && out.contains("ACTIVE"), "{out}");
+    cli(
+        &url,
+        &[
+            "register",
+            "--name",
+            "new",
+            "--metadata-service-uri",
+            "memory://new",
+        ],
+    )
+    .await
+    .unwrap();
+    let err = cli(
+        &url,
+        &[
+            "register",
+            "--name",
+            "dup",
+            "--metadata-service-uri",
+            "memory://new",
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("collides"), "{err}");
+    let out = cli(&url, &["--json", "precheck", "--name", "new"])
+        .await
+        .unwrap();
+    let pre: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(pre["ready"], true);
+    cli(&url, &["switch", "--target", "new"]).await.unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        cli(&url, &["status", "--watch", "--interval-ms", "50"]),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.contains("SWITCHED"), "{out}");
+    let out = cli(&url, &["--json", "status"]).await.unwrap();
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(st["activeCluster"], "new", "{st}");
+    let out = cli(&url, &["list-cleanup-targets"]).await.unwrap();
+    assert!(out.contains("old"), "{out}");
+    let err = cli(&url, &["cleanup", "--dry-run", "false"])
+        .await
+        .unwrap_err();
+    assert!(err.contains("rollback window"), "{err}");
+    let out = cli(
+        &url,
+        &["--json", "cleanup", "--dry-run", "false", "--force"],
+    )
+    .await
+    .unwrap();
+    let rep: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rep["outcome"], "DONE", "{rep}");
+    let err = cli(&url, &["rollback"]).await.unwrap_err();
+    assert!(!err.is_empty());
+    let out = cli(&url, &["--json", "list"]).await.unwrap();
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list[0]["status"], "ACTIVE");
+    assert_eq!(list[1]["status"], "DEPRECATED");
+    // The old cluster's client has no open read: it can be closed.
+    cli(&url, &["close-client", "--name", "old"]).await.unwrap();
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_binary_answers_the_api_and_refuses_bad_flags() {
+    let bin = env!("CARGO_BIN_EXE_bookie-switch");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--cluster-name",
+            "old",
+        ])
+        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+        .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}{BASE}/status");
+    let mut answer = None;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let probe =
+            tokio::time::timeout(Duration::from_secs(1), raw("GET", &url, Some(ADMIN), None));
+        if let Ok((200, v)) = probe.await {
+            answer = Some(v);
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let st = answer.expect("serve answered GET /status");
+    assert_eq!(st["activeCluster"], "old", "{st}");
+    assert_eq!(st["bootstrapCluster"], "old");
+
+    let out = std::process::Command::new(bin)
+        .args(["serve", "--metadata-store", "etcd://x"])
+        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+        .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metadata-store"));
+    // Tokens are required.
+    let out = std::process::Command::new(bin)
+        .args(["serve"])
+        .env_remove("BKSWITCH_ADMIN_TOKEN")
+        .env_remove("BKSWITCH_INTERNAL_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let help = std::process::Command::new(bin)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--metadata-store",
+        "--listen",
+        "--bookkeeper-uri",
+        "--cluster-name",
+        "--admin-token",
+        "--internal-token",
+        "--topics",
+        "--rate",
+    ] {
+        assert!(help.contains(flag), "serve --help lacks {flag}");
+    }
+}
+
+fn small() -> DemoOptions {
+    DemoOptions {
+        topics: 4,
+        rate: 40,
+        duration: Duration::from_secs(3),
+        nodes: 2,
+        ..DemoOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_cleanup_run_holds_every_invariant() {
+    let report = run_demo(&small(), &|_| {}).await.unwrap();
+    assert!(report.invariants_ok, "{:#?}", report.invariants);
+    assert_eq!(report.outcome, "DONE");
+    assert_eq!(report.publish_failures, 0);
+    assert_eq!(report.consumer_gaps, 0);
+    assert_eq!(report.schemas_promoted, 4 * 3);
+    assert_eq!(report.cursors_promoted + report.rollover_fallbacks, 4);
+    assert_eq!(report.failed_ledgers, 0);
+    assert!(report.switch_visible_ms < 10_000);
+    assert!(report.all_writes_moved_ms < 10_000);
+    let json = serde_json::to_value(&report).unwrap();
+    for key in [
+        "published",
+        "consumed",
+        "publishFailures",
+        "consumerGaps",
+        "schemasPromoted",
+        "cursorsPromoted",
+        "failedLedgers",
+        "rolloverFallbacks",
+        "switchVisibleMs",
+        "allWritesMovedMs",
+        "invariantsOk",
+    ] {
+        assert!(json.get(key).is_some(), "JSON summary lacks {key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_rollback_run_holds_every_invariant() {
+    let opts = DemoOptions {
+        rollback: true,
+        ..small()
+    };
+    let report = run_demo(&opts, &|_| {}).await.unwrap();
+    assert!(report.invariants_ok, "{:#?}", report.invariants);
+    assert_eq!(report.outcome, "ROLLED_BACK");
+    assert!(report
+        .invariants
+        .iter()
+        .any(|c| c.name.contains("rollback restored")));
+}
