@@ -413,10 +413,7 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
         st.phase_name().unwrap_or("?").to_owned()
     } else {
         let dry = admin
-            .cleanup(&CleanupRequest {
-                force: true,
-                ..CleanupRequest::default()
-            })
+            .cleanup(&CleanupRequest::default())
             .await
             .map_err(step_err("POST /cleanup (dry run)"))?;
         say(&format!(

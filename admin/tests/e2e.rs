@@ -143,6 +143,9 @@ async fn three_nodes_switch_over_rest_with_an_owner_stopped_mid_switch() {
     // scanned (cursors of the moved topics may already have rolled onto `new`
     // when node-2 reloaded them).
     assert!(status.counts.built >= 9 + 6, "{status:?}");
+    // The origin coordinated, and only it.
+    assert_eq!(nodes[0].sync().metrics().snapshot().coordinator_duties, 1);
+    assert_eq!(nodes[1].sync().metrics().snapshot().coordinator_duties, 0);
     // Cursor promotions for node-2's topics travelled over HTTP.
     assert!(
         nodes[1].cursor_promotions_served() > 0,

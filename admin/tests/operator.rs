@@ -240,3 +240,163 @@ async fn demo_rollback_run_holds_every_invariant() {
         .iter()
         .any(|c| c.name.contains("rollback restored")));
 }
+
+/// Runs the real `bookie-clusters` binary; (exit code, stdout, stderr).
+fn bin(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bookie-clusters"))
+        .args(["--url", url, "--token", ADMIN])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cli_verb_against_a_node_with_exit_codes_and_no_change_on_refusal() {
+    let store = Arc::new(MemoryStore::new());
+    let clusters = clusters();
+    let node = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let url = node.url().to_owned();
+    let snapshot = || {
+        let store = store.clone();
+        async move { tree(store.as_ref() as &dyn bkswitch_metadata_store::MetadataStore).await }
+    };
+    // Refused calls: exit 1 with the server's message, nothing written.
+    let refusals: &[(&[&str], &str)] = &[
+        (&["get", "--name", "nope"], "not registered"),
+        (
+            &[
+                "register",
+                "--name",
+                "bad name",
+                "--metadata-service-uri",
+                "memory://x",
+            ],
+            "invalid",
+        ),
+        (
+            &[
+                "register",
+                "--name",
+                "../etc",
+                "--metadata-service-uri",
+                "memory://x",
+            ],
+            "invalid",
+        ),
+        (
+            &[
+                "register",
+                "--name",
+                "x",
+                "--metadata-service-uri",
+                "http://x",
+            ],
+            "URI",
+        ),
+        (
+            &[
+                "register",
+                "--name",
+                "dup",
+                "--metadata-service-uri",
+                "memory://old",
+            ],
+            "collides",
+        ),
+        (&["unregister", "--name", "old"], "ACTIVE"),
+        (&["unregister", "--name", "nope"], "not registered"),
+        (&["precheck", "--name", "nope"], "not registered"),
+        (&["switch", "--target", "nope"], "not registered"),
+        (&["switch", "--target", "old"], "active"),
+        (&["list-cleanup-targets"], "no switch"),
+        (&["cleanup", "--dry-run", "false", "--force"], "no switch"),
+        (&["close-client", "--name", "old"], "active"),
+        (&["rollback"], "no switch"),
+    ];
+    for (args, needle) in refusals {
+        let before = snapshot().await;
+        let (code, _, err) = bin(&url, args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.to_lowercase().contains(&needle.to_lowercase()),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            before,
+            snapshot().await,
+            "{args:?} changed the metadata store"
+        );
+    }
+    // Usage errors never reach the server.
+    let before = snapshot().await;
+    for args in [
+        &["set-read-mode", "--mode", "SOMETIMES"][..],
+        &[
+            "register",
+            "--name",
+            "x",
+            "--metadata-service-uri",
+            "memory://x",
+            "--status",
+            "SUPREME",
+        ][..],
+        &["cleanup", "--max-deletions", "-3"][..],
+        &["frobnicate"][..],
+    ] {
+        assert_eq!(bin(&url, args).0, 2, "{args:?}");
+    }
+    assert_eq!(before, snapshot().await);
+    // Wrong token: exit 1, unauthorized, nothing written.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bookie-clusters"))
+        .args([
+            "--url", &url, "--token", "wrong", "register", "--name", "new",
+        ])
+        .args(["--metadata-service-uri", "memory://new"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .to_lowercase()
+        .contains("token"));
+    assert_eq!(before, snapshot().await);
+    // A broker without the feature: exit 3.
+    let (code, _, err) = bin(&format!("{url}/no-such-prefix"), &["list"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not installed"), "{err}");
+
+    // Every verb that succeeds: exit 0.
+    for args in [
+        &["list"][..],
+        &["get", "--name", "old"][..],
+        &[
+            "register",
+            "--name",
+            "new",
+            "--metadata-service-uri",
+            "memory://new",
+        ][..],
+        &["precheck", "--name", "new"][..],
+        &["set-read-mode", "--mode", "DUAL_READ"][..],
+        &["switch", "--target", "new"][..],
+        &["status", "--watch", "--interval-ms", "50"][..],
+        &["status"][..],
+        &["list-cleanup-targets"][..],
+        &["cleanup"][..],
+        &["cleanup", "--dry-run", "false", "--force"][..],
+        &["close-client", "--name", "old"][..],
+        &["--json", "list"][..],
+    ] {
+        let (code, out, err) = bin(&url, args);
+        assert_eq!(code, 0, "{args:?}: {out} {err}");
+    }
+    let (code, _, err) = bin(&url, &["rollback"]);
+    assert_eq!(code, 1, "rollback after cleanup: {err}");
+    let (code, _, _) = bin(&url, &["unregister", "--name", "old"]);
+    assert_eq!(code, 0, "a DEPRECATED cluster can be unregistered");
+    node.stop().await;
+}

@@ -1335,7 +1335,7 @@ impl Orchestrator {
     /// # Errors
     ///
     /// [`OrchestratorError::InsideRollbackWindow`] without `force` inside the
-    /// window, [`OrchestratorError::WrongPhase`] before SWITCHED (nothing
+    /// window (a dry run is always allowed), [`OrchestratorError::WrongPhase`] before SWITCHED (nothing
     /// written); store, registry and client errors.
     pub async fn cleanup(&self, switch_id: &str, opts: CleanupOptions) -> Result<CleanupReport> {
         let _guard = self.inner.lock.lock().await;
@@ -1362,7 +1362,8 @@ impl Orchestrator {
             Phase::Switched | Phase::RolledBack | Phase::Cleanup => {}
         }
         if let Some(deadline) = sw.rollback_deadline {
-            if !sw.cleanup_started && !opts.force && now_ms() < deadline {
+            // A dry run changes nothing, so it may look inside the window.
+            if !opts.dry_run && !sw.cleanup_started && !opts.force && now_ms() < deadline {
                 return Err(OrchestratorError::InsideRollbackWindow {
                     switch_id: switch_id.to_owned(),
                     deadline_ms: deadline,
