@@ -497,8 +497,9 @@ impl Node {
         node_status(&self.inner).await
     }
 
-    /// Stops the REST server and background tasks, closes the owned topics,
-    /// the registry sync and the clients. The metadata store is left open
+    /// Stops the REST server and background tasks, unloads the owned topics
+    /// (closing them and giving their ownership up), stops the registry sync
+    /// and closes the clients. The metadata store is left open
     /// (it belongs to the caller).
     pub async fn stop(&self) {
         let _ = self.stop.send(true);
@@ -508,9 +509,9 @@ impl Node {
             let _ = t.await;
         }
         for name in self.inner.topics.list() {
-            if let Some(ml) = self.inner.topics.remove(&name) {
-                let _ = ml.close().await;
-            }
+            // Gives the ownership up, so a coordinator promotes these cursors
+            // itself (or through their next owner) rather than calling here.
+            let _ = self.unload_topic(&name).await;
         }
         self.inner.sync.stop().await;
         let _ = self.inner.storage.close().await;

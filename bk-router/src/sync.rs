@@ -118,6 +118,7 @@ impl RegistrySync {
             last_applied: 0,
             pending: None,
             undecided: None,
+            orphan: None,
         };
         let task = tokio::spawn(worker.run(watcher, stop_rx));
         Ok(RegistrySync {
@@ -211,6 +212,10 @@ struct Worker {
     pending: Option<Pending>,
     /// An applied origin-less directive waiting for a known leader.
     undecided: Option<SwitchDirective>,
+    /// The last applied origin-less directive whose duty this node has not
+    /// taken: taken if this node becomes the leader later (the leader that
+    /// held it may have lost its session before finishing).
+    orphan: Option<SwitchDirective>,
 }
 
 impl Worker {
@@ -235,6 +240,15 @@ impl Worker {
                 () = tokio::time::sleep(LEADER_POLL), if self.undecided.is_some() => {
                     if let Some(d) = self.undecided.take() {
                         self.coordinate(d);
+                    }
+                }
+                () = tokio::time::sleep(LEADER_POLL), if self.orphan.is_some() => {
+                    if self.election.is_leader() {
+                        if let Some(d) = self.orphan.take() {
+                            tracing::info!(node = %self.node_id, epoch = d.epoch,
+                                "became the leader: taking over the origin-less switch");
+                            self.coordinate(d);
+                        }
                     }
                 }
             }
@@ -306,7 +320,11 @@ impl Worker {
                 }
             }
         }
-        match self.storage.switch_active_cluster(&target).await {
+        let swapped = match failpoint_swap(&target) {
+            Err(e) => Err(e),
+            Ok(()) => self.storage.switch_active_cluster(&target).await,
+        };
+        match swapped {
             Ok(()) => {
                 self.storage.set_read_mode(ReadMode::DualRead);
                 let Some(p) = self.pending.take() else {
@@ -355,6 +373,10 @@ impl Worker {
 
     /// Takes the duty of an applied directive if this node coordinates it.
     fn coordinate(&mut self, d: SwitchDirective) {
+        let origin_less = d.origin.as_deref().is_none_or(str::is_empty);
+        if origin_less && self.orphan.as_ref().is_some_and(|o| o.epoch < d.epoch) {
+            self.orphan = None;
+        }
         let mine = match d.origin.as_deref().filter(|o| !o.is_empty()) {
             Some(origin) => origin == self.node_id,
             None if self.election.is_leader() => true,
@@ -364,10 +386,16 @@ impl Worker {
                 self.undecided = Some(d);
                 return;
             }
-            None => false,
+            None => {
+                self.orphan = Some(d);
+                return;
+            }
         };
         if !mine {
             return;
+        }
+        if self.orphan.as_ref().is_some_and(|o| o.epoch <= d.epoch) {
+            self.orphan = None;
         }
         self.metrics
             .coordinator_duties
@@ -397,4 +425,15 @@ fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Failpoint `sync::swap` (only with the `failpoints` feature): the swap to
+/// `target` fails as if its client could not start; the sync retries it.
+#[allow(clippy::unnecessary_wraps)]
+fn failpoint_swap(target: &str) -> Result<(), RouterError> {
+    let _ = target;
+    fail::fail_point!("sync::swap", |_| Err(RouterError::InvalidSettings(
+        format!("failpoint `sync::swap` injected a fault switching to '{target}'")
+    )));
+    Ok(())
 }

@@ -440,19 +440,39 @@ impl CursorInner {
                 return Err(e);
             }
         };
-        let mut info = meta.info.clone();
-        info.cursors_ledger_id = id;
-        info.mark_delete_ledger_id = Some(pi.ledger_id);
-        info.mark_delete_entry_id = Some(pi.entry_id);
-        info.individual_deleted_messages = pi.individual_deleted_messages.clone();
-        merge_string_properties(&mut info.cursor_properties, props);
+        let build = |base: &ManagedCursorInfo| {
+            let mut info = base.clone();
+            info.cursors_ledger_id = id;
+            info.mark_delete_ledger_id = Some(pi.ledger_id);
+            info.mark_delete_entry_id = Some(pi.entry_id);
+            info.individual_deleted_messages = pi.individual_deleted_messages.clone();
+            merge_string_properties(&mut info.cursor_properties, props.clone());
+            info
+        };
+        let mut info = build(&meta.info);
         let result = match handle.add_entry(pi.encode_to_vec().into()).await {
             Err(e) => Err(ManagedLedgerError::client(
                 format!("writing the position of {} to cursor ledger {id}", what()),
                 e,
             )),
             Ok(_) => match self.encode(&info) {
-                Ok(bytes) => self.cas(&bytes, meta.version, true).await,
+                Ok(bytes) => match self.cas(&bytes, meta.version, true).await {
+                    // A coordinator promoted this cursor's ledger (changing
+                    // only its stamp) while no node owned the topic, just
+                    // before this owner loaded it: adopt that write and go on
+                    // rather than giving the topic up.
+                    Err(e)
+                        if e.kind() == crate::ErrorKind::Fenced
+                            && self.adopt_stamp_only_change(meta).await =>
+                    {
+                        info = build(&meta.info);
+                        match self.encode(&info) {
+                            Ok(bytes) => self.cas(&bytes, meta.version, true).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    other => other,
+                },
                 Err(e) => Err(e),
             },
         };
@@ -486,6 +506,37 @@ impl CursorInner {
         tracing::info!(managed_ledger = %ctx.name, cursor = %self.name,
             old_ledger = old_info.cursors_ledger_id, new_ledger = id, "cursor ledger rolled over");
         Ok(())
+    }
+
+    /// After a lost compare-and-set: when the stored metadata differs from
+    /// ours only in the cluster stamp (a promotion written by a coordinator),
+    /// takes the stored metadata and version as ours and answers true.
+    async fn adopt_stamp_only_change(&self, meta: &mut CursorMeta) -> bool {
+        let Ok(Some(r)) = self.ctx.store.get(&self.path).await else {
+            return false;
+        };
+        let Ok(stored) = decode_managed_cursor_info(&r.value) else {
+            return false;
+        };
+        let without_stamp = |info: &ManagedCursorInfo| {
+            let mut i = info.clone();
+            i.cursor_properties
+                .retain(|p| p.name != bkswitch_proto::ATTR_KEY);
+            i
+        };
+        let stamp_changed = stored.cluster_stamp().ok() != meta.info.cluster_stamp().ok();
+        if !stamp_changed
+            || r.stat.version == meta.version
+            || without_stamp(&stored) != without_stamp(&meta.info)
+        {
+            return false;
+        }
+        tracing::info!(managed_ledger = %self.ctx.name, cursor = %self.name,
+            stamp = ?stored.cluster_stamp().ok().flatten(),
+            "cursor metadata was promoted concurrently; adopting the new stamp");
+        meta.info = stored;
+        meta.version = r.stat.version;
+        true
     }
 
     /// Deletes the cursor ledger `info` names through the cursor resolver (I15).

@@ -264,3 +264,72 @@ async fn mismatch_and_unswitched_node_are_refused_without_writing() {
     );
     assert_eq!(c.cursor_ledger_id(), ledger);
 }
+
+#[tokio::test]
+async fn owner_adopts_a_concurrent_stamp_only_promotion_but_not_other_changes() {
+    use bkswitch_metadata_store::ExpectedVersion;
+    use bkswitch_proto::codec::encode_managed_cursor_info;
+    let t = two();
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 3).await;
+    c.mark_delete(ps[0]).await.unwrap();
+    let ledger = c.cursor_ledger_id();
+    copy(ledger, t.env.client().as_ref(), t.b_client.as_ref()).await;
+
+    // A coordinator flips only the stamp behind the owner's back.
+    let r = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut info = decode_managed_cursor_info(&r.value).unwrap();
+    info.set_cluster_stamp("bk-b").unwrap();
+    let bytes = encode_managed_cursor_info(&info, config.cursor_info_compression).unwrap();
+    t.env
+        .inner_store
+        .put(
+            &cursor_path(),
+            &bytes,
+            ExpectedVersion::Exactly(r.stat.version),
+        )
+        .await
+        .unwrap();
+    // The owner's next metadata write adopts it instead of fencing itself.
+    t.hooks.supplier.switch_to(t.b_client.clone());
+    c.roll_cursor_ledger().await.unwrap();
+    assert!(t.b.contains_ledger(c.cursor_ledger_id()));
+    assert!(
+        !t.b.contains_ledger(ledger),
+        "the superseded ledger is deleted where its (adopted) stamp says"
+    );
+
+    // Any other concurrent change still fences the owner.
+    let r = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut info = decode_managed_cursor_info(&r.value).unwrap();
+    info.mark_delete_entry_id = Some(99);
+    let bytes = encode_managed_cursor_info(&info, config.cursor_info_compression).unwrap();
+    t.env
+        .inner_store
+        .put(
+            &cursor_path(),
+            &bytes,
+            ExpectedVersion::Exactly(r.stat.version),
+        )
+        .await
+        .unwrap();
+    let err = c.roll_cursor_ledger().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+}

@@ -3,6 +3,7 @@
 
 mod election;
 mod error;
+pub mod failpoints;
 pub mod idgen;
 mod model;
 mod registry;

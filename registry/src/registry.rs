@@ -189,6 +189,7 @@ impl Registry {
             path: path.to_owned(),
             reason: format!("cannot encode: {e}"),
         })?;
+        crate::failpoints::write_fault(path)?;
         Ok(self.store.put(path, &bytes, expected).await?.version)
     }
 
@@ -886,6 +887,36 @@ impl Registry {
             path,
             attempts: MAX_CAS_ATTEMPTS,
         })
+    }
+}
+
+impl Registry {
+    /// The current switch directive with its store version (for a caller that
+    /// validates against it and then writes with
+    /// [`put_directive`](Self::put_directive)).
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Corrupt`], [`RegistryError::Metadata`].
+    pub async fn switch_directive_versioned(&self) -> Result<Option<(SwitchDirective, i64)>> {
+        self.read(&self.path("switch-target")).await
+    }
+
+    /// Writes `directive` with one compare-and-set against `expected` (no
+    /// retry, no validation: the caller validated against the version it read).
+    /// Returns the new version.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Metadata`] with a conflict when the directive changed
+    /// since `expected` (nothing written); other store errors.
+    pub async fn put_directive(
+        &self,
+        directive: &SwitchDirective,
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        self.write(&self.path("switch-target"), directive, expected)
+            .await
     }
 }
 

@@ -126,6 +126,14 @@ pub enum OrchestratorError {
         /// The store error.
         source: MetadataError,
     },
+    /// Another coordinator holds the switch's lease (or this one lost it).
+    #[error("switch `{switch_id}` is being coordinated by `{holder}`; retry once it finishes or its session ends")]
+    Locked {
+        /// The switch.
+        switch_id: String,
+        /// The lease holder.
+        holder: String,
+    },
     /// A failpoint injected a crash (only with the `failpoints` feature).
     #[error("failpoint `{point}` injected a crash; resume the switch")]
     Injected {
@@ -145,7 +153,9 @@ impl OrchestratorError {
     /// Whether retrying (or resuming) the same operation may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            OrchestratorError::NotConverged { .. } | OrchestratorError::Injected { .. } => true,
+            OrchestratorError::NotConverged { .. }
+            | OrchestratorError::Injected { .. }
+            | OrchestratorError::Locked { .. } => true,
             OrchestratorError::Client { .. } => true,
             OrchestratorError::Metadata { source, .. } => {
                 source.is_retryable() || source.is_conflict()

@@ -14,7 +14,8 @@ use bkswitch_proto::codec::encode_managed_cursor_info;
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_registry::{
-    ClusterStatus, IdgenSource, PrecheckResult, Registry, RegistryError, ZkIdgenSource,
+    ClusterStatus, IdgenSource, PrecheckResult, Registry, RegistryError, SwitchDirective,
+    ZkIdgenSource,
 };
 use futures::stream::{self, StreamExt};
 
@@ -142,6 +143,37 @@ struct Inner {
     lock: tokio::sync::Mutex<()>,
     copied: AtomicU64,
     already_present: AtomicU64,
+    /// This coordinator's identity in switch leases.
+    instance: String,
+}
+
+/// Releases a switch lease when a leased operation is dropped before it ends.
+struct LeaseGuard {
+    orchestrator: Option<Orchestrator>,
+    id: String,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let Some(o) = self.orchestrator.take() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let id = std::mem::take(&mut self.id);
+            rt.spawn(async move { o.release_lease(&id).await });
+        }
+    }
+}
+
+/// A process-unique identity for an orchestrator's leases.
+fn new_instance_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The switch coordinator; see the [crate docs](crate). Cheap to clone.
@@ -195,6 +227,7 @@ impl Orchestrator {
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
+                instance: new_instance_id(),
             }),
         }
     }
@@ -211,6 +244,7 @@ impl Orchestrator {
             lock: tokio::sync::Mutex::new(()),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            instance: shared.instance.clone(),
         });
         Orchestrator {
             inner: Arc::new(Inner { idgen, ..inner }),
@@ -274,6 +308,7 @@ impl Orchestrator {
             let (mut rec, v) = self.load(id).await?;
             f(&mut rec);
             rec.updated_at = now_ms();
+            self.check_lease(id).await?;
             fail_point!("orchestrator::switch_record");
             let bytes = serde_json::to_vec(&rec).map_err(|e| OrchestratorError::Corrupt {
                 path: path.clone(),
@@ -295,6 +330,96 @@ impl Orchestrator {
             phase: "record update".to_owned(),
             reason: format!("`{path}` kept changing concurrently"),
         })
+    }
+
+    fn lease_path(&self, id: &str) -> String {
+        format!("{}/lease", self.switch_path(id))
+    }
+
+    /// Runs `body` holding the switch's lease: an ephemeral node naming this
+    /// coordinator, so that two coordinators never work on one switch at once
+    /// (e.g. a leader whose session expired mid-BUILD and the leader elected
+    /// after it). The lease disappears with the holder's metadata session; it
+    /// is released when `body` returns.
+    async fn leased<T>(
+        &self,
+        id: &str,
+        body: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        self.acquire_lease(id).await?;
+        // Released in the background if this future is dropped mid-way (the
+        // caller was cancelled): otherwise the lease would last as long as the
+        // metadata session.
+        let mut guard = LeaseGuard {
+            orchestrator: Some(self.clone()),
+            id: id.to_owned(),
+        };
+        let result = body.await;
+        guard.orchestrator = None;
+        self.release_lease(id).await;
+        result
+    }
+
+    async fn acquire_lease(&self, id: &str) -> Result<()> {
+        // The switch must exist (its record is the lease's parent).
+        self.load(id).await?;
+        let path = self.lease_path(id);
+        let me = self.inner.instance.as_bytes();
+        match self
+            .inner
+            .store
+            .create(&path, me, bkswitch_metadata_store::CreateMode::EPHEMERAL)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => {
+                match self.inner.store.get(&path).await {
+                    Ok(Some(r)) if r.value == me => Ok(()),
+                    Ok(Some(r)) => Err(OrchestratorError::Locked {
+                        switch_id: id.to_owned(),
+                        holder: String::from_utf8_lossy(&r.value).into_owned(),
+                    }),
+                    // Released meanwhile: let the caller retry.
+                    Ok(None) => Err(OrchestratorError::Locked {
+                        switch_id: id.to_owned(),
+                        holder: "(released)".to_owned(),
+                    }),
+                    Err(e) => Err(OrchestratorError::metadata(format!("reading `{path}`"), e)),
+                }
+            }
+            Err(e) => Err(OrchestratorError::metadata(format!("creating `{path}`"), e)),
+        }
+    }
+
+    async fn release_lease(&self, id: &str) {
+        let path = self.lease_path(id);
+        if let Ok(Some(r)) = self.inner.store.get(&path).await {
+            if r.value == self.inner.instance.as_bytes() {
+                let _ = self
+                    .inner
+                    .store
+                    .delete(&path, ExpectedVersion::Exactly(r.stat.version))
+                    .await;
+            }
+        }
+    }
+
+    /// Fails when this coordinator no longer holds the switch's lease (its
+    /// session expired and another coordinator may have taken over).
+    async fn check_lease(&self, id: &str) -> Result<()> {
+        let path = self.lease_path(id);
+        match self.inner.store.get(&path).await {
+            Ok(Some(r)) if r.value == self.inner.instance.as_bytes() => Ok(()),
+            Ok(Some(r)) => Err(OrchestratorError::Locked {
+                switch_id: id.to_owned(),
+                holder: String::from_utf8_lossy(&r.value).into_owned(),
+            }),
+            Ok(None) => Err(OrchestratorError::Locked {
+                switch_id: id.to_owned(),
+                holder: "(none: this coordinator lost its lease)".to_owned(),
+            }),
+            Err(e) => Err(OrchestratorError::metadata(format!("reading `{path}`"), e)),
+        }
     }
 
     async fn list_ledgers(&self, id: &str) -> Result<BTreeMap<String, LedgerRecord>> {
@@ -327,6 +452,7 @@ impl Orchestrator {
     /// Writes a ledger record with a compare-and-set against the version read.
     async fn put_ledger(&self, id: &str, rec: &mut LedgerRecord) -> Result<()> {
         rec.updated_at = now_ms();
+        self.check_lease(id).await?;
         fail_point!("orchestrator::ledger_record");
         let path = format!("{}/{}", self.ledgers_path(id), rec.key());
         let bytes = serde_json::to_vec(&*rec).map_err(|e| OrchestratorError::Corrupt {
@@ -450,6 +576,12 @@ impl Orchestrator {
     /// to the directive's current target returns the recorded switch.
     /// Call [`run`](Self::run) next.
     ///
+    /// Two starts at once (on different nodes) cannot both win: the directive
+    /// is written with a CAS against the version read while validating, and a
+    /// directive that no switch record accounts for yet counts as a switch in
+    /// progress. The loser gets [`OrchestratorError::SwitchInProgress`] naming
+    /// the winner's epoch and target, and writes nothing.
+    ///
     /// # Errors
     ///
     /// [`OrchestratorError::UnknownCluster`], [`OrchestratorError::ClusterDeprecated`],
@@ -464,7 +596,26 @@ impl Orchestrator {
                 name: target.to_owned(),
             });
         };
-        if let Some(d) = registry.switch_directive().await? {
+        // The directive as validated: the directive write below is a CAS
+        // against this version, so two nodes starting switches at once cannot
+        // both write one (the loser's CAS fails and nothing is written).
+        let directive_path = format!("{}/switch-target", registry.root());
+        let decode_directive = |r: &bkswitch_metadata_store::GetResult| {
+            serde_json::from_slice::<SwitchDirective>(&r.value).map_err(|e| {
+                OrchestratorError::Corrupt {
+                    path: directive_path.clone(),
+                    reason: format!("not a switch directive: {e}"),
+                }
+            })
+        };
+        let seen =
+            match self.inner.store.get(&directive_path).await.map_err(|e| {
+                OrchestratorError::metadata(format!("reading `{directive_path}`"), e)
+            })? {
+                Some(r) => Some((decode_directive(&r)?, r.stat.version)),
+                None => None,
+            };
+        if let Some((d, _)) = &seen {
             if d.target == target {
                 match self.load(&d.epoch.to_string()).await {
                     Ok(_) => return self.status(&d.epoch.to_string()).await,
@@ -482,18 +633,40 @@ impl Orchestrator {
             .active()
             .await?
             .ok_or(OrchestratorError::NoActiveCluster)?;
+        let latest = match self.switch_ids().await?.pop() {
+            Some(id) => Some(self.load(&id).await?.0),
+            None => None,
+        };
+        // Checked before "already ACTIVE": during CLEANUP the source still is
+        // the ACTIVE cluster, and the running switch is what the operator
+        // must hear about.
+        if let Some(rec) = &latest {
+            if !rec.phase.is_final() && rec.phase != Phase::RolledBack {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: rec.switch_id.clone(),
+                    target: rec.target.clone(),
+                    phase: rec.phase.to_string(),
+                });
+            }
+        }
         if source == target {
             return Err(OrchestratorError::AlreadyActive {
                 name: target.to_owned(),
             });
         }
-        if let Some(id) = self.switch_ids().await?.pop() {
-            let (rec, _) = self.load(&id).await?;
-            if !rec.phase.is_final() && rec.phase != Phase::RolledBack {
+        // A directive to another cluster than the ACTIVE one that no switch
+        // record accounts for (neither a switch's epoch nor its rollback
+        // epoch): another node wrote it and is about to record its switch.
+        // Re-issuing the switch to that directive's target records it.
+        if let Some((d, _)) = &seen {
+            let recorded = latest
+                .as_ref()
+                .is_some_and(|r| r.epoch >= d.epoch || r.rollback_epoch == Some(d.epoch));
+            if d.target != source && d.target != target && !recorded {
                 return Err(OrchestratorError::SwitchInProgress {
-                    switch_id: id,
-                    target: rec.target,
-                    phase: rec.phase.to_string(),
+                    switch_id: d.epoch.to_string(),
+                    target: d.target.clone(),
+                    phase: "STARTING".to_owned(),
                 });
             }
         }
@@ -508,7 +681,57 @@ impl Orchestrator {
             Err(_) => false,
         };
         fail_point!("orchestrator::directive");
-        let directive = registry.write_directive(target, origin).await?;
+        let directive = match seen {
+            // Written by a start that did not record its switch (or is
+            // recording it right now): record that directive's switch.
+            Some((d, _)) if d.target == target => d,
+            seen => {
+                // Registry::write_directive re-reads the directive; this write
+                // must fail when anything changed since the validation above.
+                let (epoch, expected, extra) = match seen {
+                    Some((d, v)) => (d.epoch + 1, ExpectedVersion::Exactly(v), d.extra),
+                    None => (1, ExpectedVersion::NotExists, Default::default()),
+                };
+                let directive = SwitchDirective {
+                    target: target.to_owned(),
+                    origin: origin.map(str::to_owned),
+                    epoch,
+                    ts: now_ms(),
+                    extra,
+                };
+                match registry.put_directive(&directive, expected).await {
+                    Ok(_) => directive,
+                    Err(RegistryError::Metadata(e)) if e.is_conflict() => {
+                        // Another node wrote a directive since: name it.
+                        let now = self.inner.store.get(&directive_path).await.map_err(|e| {
+                            OrchestratorError::metadata(format!("reading `{directive_path}`"), e)
+                        })?;
+                        let now = match now {
+                            Some(r) => Some(decode_directive(&r)?),
+                            None => None,
+                        };
+                        match now {
+                            // The same switch, asked for on two nodes at once.
+                            Some(d) if d.target == target => d,
+                            Some(d) => {
+                                return Err(OrchestratorError::SwitchInProgress {
+                                    switch_id: d.epoch.to_string(),
+                                    target: d.target,
+                                    phase: "STARTING".to_owned(),
+                                })
+                            }
+                            None => {
+                                return Err(OrchestratorError::metadata(
+                                    format!("writing `{directive_path}`"),
+                                    e,
+                                ))
+                            }
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
         let id = directive.epoch.to_string();
         let now = now_ms();
         let rec = SwitchRecord {
@@ -516,7 +739,7 @@ impl Orchestrator {
             epoch: directive.epoch,
             source,
             target: target.to_owned(),
-            origin: origin.map(str::to_owned),
+            origin: directive.origin.clone(),
             phase: Phase::Build,
             created_at: now,
             updated_at: now,
@@ -659,6 +882,10 @@ impl Orchestrator {
     /// [`OrchestratorError::WrongPhase`] during a rollback; store, registry and
     /// client errors.
     pub async fn run(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.leased(switch_id, self.run_leased(switch_id)).await
+    }
+
+    async fn run_leased(&self, switch_id: &str) -> Result<SwitchStatus> {
         let _guard = self.inner.lock.lock().await;
         let (rec, _) = self.load(switch_id).await?;
         match rec.phase {
@@ -840,6 +1067,18 @@ impl Orchestrator {
                 rec.target_copy = true;
                 rec.already_present = report.outcome == CopyOutcome::AlreadyPresent;
             }
+            Err(e) if !self.still_referenced(&f).await? => {
+                // A live cursor rolled over (or the schema/cursor was deleted)
+                // between the scan and the copy: the ledger is gone and nothing
+                // points to it any more. Nothing to move.
+                tracing::info!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
+                    "ledger no longer referenced; nothing to copy");
+                rec.state = LedgerState::Obsolete;
+                rec.reason = Some(format!(
+                    "`{}` no longer references ledger {} (rolled over or deleted before the copy)",
+                    f.owner_path, f.ledger_id
+                ));
+            }
             Err(e) => {
                 tracing::warn!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
                     "ledger copy failed; it stays on the source");
@@ -855,6 +1094,27 @@ impl Orchestrator {
             }
         }
         self.put_ledger(&ctx.id, &mut rec).await
+    }
+
+    /// Whether the metadata that named `f`'s ledger at scan time still names it.
+    async fn still_referenced(&self, f: &Found) -> Result<bool> {
+        let r =
+            self.inner.store.get(&f.owner_path).await.map_err(|e| {
+                OrchestratorError::metadata(format!("reading `{}`", f.owner_path), e)
+            })?;
+        let Some(r) = r else {
+            return Ok(false);
+        };
+        Ok(match f.kind {
+            LedgerKind::Cursor => {
+                decode_cursor(&r.value).is_some_and(|info| info.cursors_ledger_id == f.ledger_id)
+            }
+            LedgerKind::Schema => SchemaLocator::decode(r.value.as_slice()).map_or(true, |loc| {
+                std::iter::once(&loc.info)
+                    .chain(loc.index.iter())
+                    .any(|e| e.position.ledger_id == f.ledger_id)
+            }),
+        })
     }
 
     // ---------------------------------------------------------------- PROMOTE
@@ -1338,6 +1598,14 @@ impl Orchestrator {
     /// window (a dry run is always allowed), [`OrchestratorError::WrongPhase`] before SWITCHED (nothing
     /// written); store, registry and client errors.
     pub async fn cleanup(&self, switch_id: &str, opts: CleanupOptions) -> Result<CleanupReport> {
+        if opts.dry_run {
+            return self.cleanup_leased(switch_id, opts).await;
+        }
+        self.leased(switch_id, self.cleanup_leased(switch_id, opts))
+            .await
+    }
+
+    async fn cleanup_leased(&self, switch_id: &str, opts: CleanupOptions) -> Result<CleanupReport> {
         let _guard = self.inner.lock.lock().await;
         let (sw, _) = self.load(switch_id).await?;
         match sw.phase {
@@ -1465,6 +1733,11 @@ impl Orchestrator {
     /// (nothing written); [`OrchestratorError::NotConverged`] when some stamps
     /// could not be flipped yet (call again); store, registry and client errors.
     pub async fn rollback(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.leased(switch_id, self.rollback_leased(switch_id))
+            .await
+    }
+
+    async fn rollback_leased(&self, switch_id: &str) -> Result<SwitchStatus> {
         let _guard = self.inner.lock.lock().await;
         let (sw, _) = self.load(switch_id).await?;
         if sw.cleanup_started

@@ -229,7 +229,16 @@ async fn resume_after_a_crash_converges_without_copying_twice() {
 
     // A new coordinator on the same store resumes.
     let second = env.orchestrator();
-    let resumed = second.resume_all().await.unwrap();
+    // The crashed run's lease is released in the background (a crashed
+    // process's lease goes with its session): retry while it is held.
+    let resumed = loop {
+        match second.resume_all().await {
+            Err(OrchestratorError::Locked { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            other => break other.unwrap(),
+        }
+    };
     assert_eq!(resumed.len(), 1);
     assert_eq!(resumed[0].phase, Phase::Switched);
     assert_eq!(second.copy_stats().copied, 0, "a ledger was copied twice");
@@ -326,4 +335,54 @@ async fn forced_rollover_moves_every_open_topic_to_the_active_cluster() {
         let p = ml.append("x").await.unwrap();
         assert!(env.clusters.get(NEW).unwrap().contains_ledger(p.ledger_id));
     }
+}
+
+/// Two coordinators never work on one switch at once: the second is refused
+/// (retryably) while the first holds the switch's lease, and takes over once
+/// the first one's metadata session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_coordinator_waits_for_the_lease_of_the_first() {
+    let base = Arc::new(MemoryStore::new());
+    let first_session = Arc::new(base.new_session());
+    let env = env(base.clone()).await;
+    env.populate(2, 1).await;
+    let first = bkswitch_switch_orchestrator::Orchestrator::new(
+        first_session.clone(),
+        env.registry.clone(),
+        env.storage.clone(),
+        Arc::new(Stuck),
+        bkswitch_switch_orchestrator::OrchestratorConfig::default(),
+    )
+    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
+        clusters: env.clusters.clone(),
+    }));
+    let s = first.start_switch(NEW, None).await.unwrap();
+    env.storage.switch_active_cluster(NEW).await.unwrap();
+    // The first coordinator hangs in PROMOTE, holding the lease.
+    let hung = tokio::spawn({
+        let first = first.clone();
+        let id = s.switch_id.clone();
+        async move { first.run(&id).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = env.orchestrator();
+    let err = second.run(&s.switch_id).await.unwrap_err();
+    assert!(
+        matches!(err, OrchestratorError::Locked { .. }) && err.is_retryable(),
+        "{err}"
+    );
+    // The first coordinator's process dies: its session ends, the lease goes.
+    hung.abort();
+    let _ = hung.await;
+    first_session.close().await.unwrap();
+    let status = loop {
+        match second.run(&s.switch_id).await {
+            Err(OrchestratorError::Locked { .. }) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await
+            }
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(status.phase, Phase::Switched);
+    assert_eq!(status.counts.failed, 0);
 }

@@ -1,0 +1,513 @@
+//! ZooKeeper faults while a switch runs, on a private ZooKeeper server: the
+//! server restarts, one node's session expires, the elected leader's session
+//! expires under an origin-less directive. Three nodes, each with its own
+//! session and REST API, share in-memory bookie clusters; their topics carry
+//! live traffic.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::client::AdminClient;
+use bkswitch_admin::node::Node;
+use bkswitch_admin::traffic::{TopicHandle, Traffic, TrafficReport};
+use bkswitch_bk_client::MemoryClusters;
+use bkswitch_hardening::{clusters, start_node, tree, wait_for, wait_switched, ADMIN};
+use bkswitch_managed_ledger::InitialPosition;
+use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
+use bkswitch_proto::Stamped;
+use bkswitch_registry::ClusterStatus;
+use bkswitch_switch_orchestrator::SwitchStatus;
+use bkswitch_zk_harness::ZkServer;
+
+fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
+    ZkStoreOptions {
+        session_timeout: Duration::from_secs(session_secs),
+        operation_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(30),
+        reconnect_delay: Duration::from_millis(reconnect_delay_ms),
+    }
+}
+
+/// A node on the private server plus the topics it owns.
+struct Member {
+    node: Node,
+    store: Arc<ZkStore>,
+    topics: Vec<String>,
+}
+
+struct Stack {
+    server: ZkServer,
+    clusters: MemoryClusters,
+    members: Vec<Member>,
+}
+
+impl Stack {
+    /// Starts the server and one node per entry of `sessions` (session
+    /// seconds, reconnect delay ms), in order (the first one leads), each with
+    /// `topics_per_node` topics (cursor `sub`, one schema each) when
+    /// `with_topics[i]`; registers `new` STANDBY.
+    async fn start(sessions: &[(u64, u64)], topics_per_node: usize, with_topics: &[bool]) -> Stack {
+        let server = ZkServer::start();
+        let url = format!(
+            "zk://{}{}",
+            server.connect_string(),
+            bkswitch_zk_harness::unique_chroot()
+        );
+        let clusters = clusters();
+        // Copies on `new` take a little time, so the switch is still running
+        // when the fault hits.
+        clusters
+            .get("new")
+            .expect("new")
+            .set_latency_all(Duration::from_millis(2));
+        let mut members = Vec::new();
+        for (i, (session, reconnect)) in sessions.iter().enumerate() {
+            let store = Arc::new(
+                ZkStore::connect(&url, options(*session, *reconnect))
+                    .await
+                    .expect("ZooKeeper session"),
+            );
+            let id = format!("node-{}", i + 1);
+            let node = start_node(&id, store.clone(), &clusters).await;
+            let topics = if with_topics[i] {
+                (0..topics_per_node)
+                    .map(|t| format!("tenant/ns/persistent/n{}-t{t}", i + 1))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            members.push(Member {
+                node,
+                store,
+                topics,
+            });
+        }
+        let admin = AdminClient::new(members[0].node.url(), ADMIN).expect("client");
+        admin
+            .register("new", "memory://new", Some(ClusterStatus::Standby))
+            .await
+            .expect("register new");
+        Stack {
+            server,
+            clusters,
+            members,
+        }
+    }
+
+    /// Opens every member's topics and starts traffic on each member.
+    async fn traffic(&self) -> Vec<Traffic> {
+        let mut out = Vec::new();
+        for m in &self.members {
+            let mut handles = Vec::new();
+            for name in &m.topics {
+                let ledger = m.node.open_topic(name).await.expect("open topic");
+                let cursor = ledger
+                    .open_cursor_at("sub", InitialPosition::Earliest)
+                    .await
+                    .expect("cursor");
+                m.node
+                    .schemas()
+                    .put(&schema_id(name), b"v1", b"h1")
+                    .await
+                    .expect("schema");
+                handles.push(TopicHandle { ledger, cursor });
+            }
+            out.push(Traffic::start(&handles, 50, 64));
+        }
+        out
+    }
+
+    fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.members.iter().map(|m| &m.node)
+    }
+
+    /// Stops the server (clients see their connections drop) and starts it
+    /// again after `down`, off the async threads. Returns when it answers.
+    async fn bounce(&self, down: Duration) {
+        let server = &self.server;
+        tokio::task::block_in_place(|| server.stop());
+        tokio::time::sleep(down).await;
+        tokio::task::block_in_place(|| server.start_again());
+    }
+
+    async fn shutdown(self) {
+        for m in &self.members {
+            m.node.stop().await;
+            let _ = m.store.close().await;
+        }
+    }
+}
+
+fn schema_id(topic: &str) -> String {
+    format!("schema-{topic}").replace('/', "-")
+}
+
+/// Waits until `node` applied `epoch`; returns when (measured from `since`).
+async fn applied(node: &Node, epoch: i64, since: Instant, timeout: Duration) -> Duration {
+    let mut w = node.sync().applied_epoch_watch();
+    tokio::time::timeout(timeout, w.wait_for(|e| *e >= epoch))
+        .await
+        .unwrap_or_else(|_| panic!("{} did not apply epoch {epoch}", node.node_id()))
+        .expect("sync running");
+    since.elapsed()
+}
+
+/// Waits for the switch to converge on `node`'s view: SWITCHED, no failure,
+/// every built ledger promoted (or rolled over).
+async fn converged(node: &Node) -> SwitchStatus {
+    let st = wait_switched(node.orchestrator(), Duration::from_secs(40)).await;
+    assert_eq!(st.phase.as_str(), "SWITCHED", "{st:?}");
+    assert_eq!(st.counts.failed, 0, "{st:?}");
+    assert_eq!(
+        st.counts.promoted + st.counts.rollover_fallback,
+        st.counts.built,
+        "{st:?}"
+    );
+    st
+}
+
+/// Every owned topic's last ledger is on `new` (forced rollover).
+async fn rolled(stack: &Stack) {
+    wait_for("forced rollovers", Duration::from_secs(20), || {
+        stack.nodes().all(|n| {
+            n.topics().list().iter().all(|t| {
+                n.topics().get(t).is_some_and(|ml| {
+                    ml.metadata()
+                        .0
+                        .ledger_info
+                        .last()
+                        .and_then(|l| l.cluster_stamp().ok().flatten())
+                        == Some("new")
+                })
+            })
+        })
+    })
+    .await;
+}
+
+/// Stops every member's traffic; acknowledged entries are never lost.
+async fn stop_traffic(traffic: Vec<Traffic>) -> Vec<TrafficReport> {
+    let mut out = Vec::new();
+    for t in traffic {
+        let r = t.stop(Duration::from_secs(10)).await;
+        assert_eq!(r.consumer_gaps, 0, "{r:?}");
+        assert!(r.consumed >= r.published, "{r:?}");
+        out.push(r);
+    }
+    out
+}
+
+/// No metadata lost: every managed-ledger, cursor and schema node is present
+/// and decodable, every cursor and schema stamped `new` with its ledger on
+/// `new`.
+async fn metadata_intact(stack: &Stack) {
+    let store: &dyn MetadataStore = stack.members[0].store.as_ref();
+    let snapshot = tree(store).await;
+    let new = stack.clusters.get("new").expect("new");
+    for m in &stack.members {
+        for name in &m.topics {
+            let ml_path = format!("/managed-ledgers/{name}");
+            let (ml, _) = snapshot
+                .get(&ml_path)
+                .unwrap_or_else(|| panic!("{ml_path} lost"));
+            let info = decode_managed_ledger_info(ml).expect("managed ledger decodes");
+            assert!(!info.ledger_info.is_empty(), "{ml_path}");
+            let cursor_path = format!("{ml_path}/sub");
+            let (c, _) = snapshot
+                .get(&cursor_path)
+                .unwrap_or_else(|| panic!("{cursor_path} lost"));
+            let c = decode_managed_cursor_info(c).expect("cursor decodes");
+            assert_eq!(
+                c.cluster_stamp().expect("stamp"),
+                Some("new"),
+                "{cursor_path}"
+            );
+            assert!(new.contains_ledger(c.cursors_ledger_id), "{cursor_path}");
+            let (loc, _) = m
+                .node
+                .schemas()
+                .locator(&schema_id(name))
+                .await
+                .expect("locator decodes")
+                .unwrap_or_else(|| panic!("schema of {name} lost"));
+            assert_eq!(
+                loc.info.position.cluster_stamp().expect("stamp"),
+                Some("new"),
+                "{name}"
+            );
+            let s = m
+                .node
+                .schemas()
+                .get_latest(&schema_id(name))
+                .await
+                .expect("schema");
+            assert_eq!(&s.data[..], b"v1");
+        }
+    }
+}
+
+fn duties(stack: &Stack) -> Vec<u64> {
+    stack
+        .nodes()
+        .map(|n| n.sync().metrics().snapshot().coordinator_duties)
+        .collect()
+}
+
+/// (a) The ZooKeeper server restarts (down ~1 s) right after `POST /switch`
+/// returned: every node still applies the directive, the switch converges,
+/// no metadata is lost and no acknowledged entry is lost (publishes may fail
+/// and be retried during the outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zookeeper_restart_during_a_switch() {
+    let stack = Stack::start(&[(20, 100), (20, 100), (20, 100)], 2, &[true; 3]).await;
+    let traffic = stack.traffic().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let admin = AdminClient::new(stack.members[0].node.url(), ADMIN).expect("client");
+    let epoch = admin
+        .switch("new")
+        .await
+        .expect("switch")
+        .epoch()
+        .expect("epoch");
+    let applied_before = stack.nodes().all(|n| n.sync().applied_epoch() >= epoch);
+    stack.bounce(Duration::from_secs(1)).await;
+    let back = Instant::now();
+    let mut took = Vec::new();
+    for n in stack.nodes() {
+        took.push(applied(n, epoch, back, Duration::from_secs(20)).await);
+        assert_eq!(n.storage().active_cluster().as_deref(), Some("new"));
+    }
+    let st = converged(&stack.members[0].node).await;
+    let switched_after = back.elapsed();
+    assert_eq!(st.epoch, epoch);
+    assert!(
+        st.counts.built >= 6 + 6,
+        "6 schema + 6 cursor ledgers: {st:?}"
+    );
+    assert_eq!(duties(&stack), [1, 0, 0]);
+    rolled(&stack).await;
+    let reports = stop_traffic(traffic).await;
+    metadata_intact(&stack).await;
+    let failures: u64 = reports.iter().map(|r| r.publish_failures).sum();
+    let first = reports.iter().find_map(|r| r.first_publish_error.clone());
+    eprintln!(
+        "zookeeper restart: directive {} when the server stopped; directive applied {took:?} \
+         after the server was back; SWITCHED {switched_after:?} after; publish failures (retried) {failures}, first: {first:?}; \
+         published {:?}",
+        if applied_before { "applied everywhere" } else { "not yet applied everywhere" },
+        reports.iter().map(|r| r.published).collect::<Vec<_>>()
+    );
+    stack.shutdown().await;
+}
+
+/// (b) node-3's session expires while a switch that node-1 asked for runs
+/// (node-3 reconnects only after its 2 s session is gone): node-3 opens a new
+/// session, reads the registry again and applies the directive; node-1 is
+/// the only coordinator of the epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_expiry_of_a_node_during_a_switch() {
+    let stack = Stack::start(&[(20, 100), (20, 100), (2, 6_000)], 2, &[true, true, false]).await;
+    let traffic = stack.traffic().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stack.bounce(Duration::from_millis(200)).await;
+    let back = Instant::now();
+    // node-3 is away for 6 s: the directive is written while it cannot see it.
+    let admin = AdminClient::new(stack.members[0].node.url(), ADMIN).expect("client");
+    let epoch = loop {
+        match admin.switch("new").await {
+            Ok(s) => break s.epoch().expect("epoch"),
+            Err(e) if e.is_retryable() && back.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("switch: {e}"),
+        }
+    };
+    let mut took = Vec::new();
+    for n in stack.nodes() {
+        took.push(applied(n, epoch, back, Duration::from_secs(25)).await);
+    }
+    let third = &stack.members[2];
+    assert!(
+        third.store.session_generation() >= 2,
+        "node-3's session did not expire"
+    );
+    // The watcher reports what changed, then that it read the registry again.
+    wait_for("node-3's registry re-read", Duration::from_secs(5), || {
+        third.node.sync().metrics().snapshot().registry_resyncs >= 1
+    })
+    .await;
+    assert_eq!(
+        third.node.storage().active_cluster().as_deref(),
+        Some("new")
+    );
+    let st = converged(&stack.members[0].node).await;
+    assert_eq!(st.epoch, epoch);
+    // Exactly one coordinator for the epoch: the origin.
+    assert_eq!(duties(&stack), [1, 0, 0]);
+    rolled(&stack).await;
+    let reports = stop_traffic(traffic).await;
+    metadata_intact(&stack).await;
+    let failures: u64 = reports.iter().map(|r| r.publish_failures).sum();
+    eprintln!(
+        "session expiry: directive applied {took:?} after the server was back \
+         (node-3 after its new session); publish failures (retried) {failures}"
+    );
+    stack.shutdown().await;
+}
+
+/// (c, fault after the duty) An origin-less switch (directive and record
+/// without origin) is coordinated by the elected leader, node-1, whose
+/// session then expires while BUILD runs: node-2 becomes leader and takes the
+/// duty over; node-1's lease on the switch went with its session, so node-1
+/// stops at its next write and the two never work on the switch at once. No
+/// ledger is copied twice over all nodes, and the switch converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_session_expires_while_it_coordinates_an_origin_less_switch() {
+    let stack = Stack::start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
+    assert!(
+        stack.members[0].node.sync().is_leader(),
+        "node-1 joined first"
+    );
+    let traffic = stack.traffic().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Slow copies: BUILD is still running when the leader's session goes.
+    stack
+        .clusters
+        .get("new")
+        .expect("new")
+        .set_latency_all(Duration::from_millis(30));
+    let orch = stack.members[1].node.orchestrator();
+    let started = orch.start_switch("new", None).await.expect("switch");
+    let leader = &stack.members[0].node;
+    wait_for("the leader's duty", Duration::from_secs(10), || {
+        leader.sync().metrics().snapshot().coordinator_duties == 1
+    })
+    .await;
+    let phase_at_fault = orch
+        .current_status()
+        .await
+        .expect("status")
+        .map(|s| s.phase);
+    stack.bounce(Duration::from_millis(200)).await;
+    let back = Instant::now();
+    wait_for("a new leader", Duration::from_secs(15), || {
+        stack.members[1].node.sync().leader().as_deref() == Some("node-2")
+    })
+    .await;
+    let new_leader_after = back.elapsed();
+    let st = converged(&stack.members[1].node).await;
+    let switched_after = back.elapsed();
+    assert_eq!(st.epoch, started.epoch);
+    wait_for("node-1's new session", Duration::from_secs(15), || {
+        stack.members[0].store.session_generation() >= 2
+    })
+    .await;
+    assert_eq!(duties(&stack), [1, 1, 0], "node-2 took the duty over");
+    let copied: u64 = stack
+        .nodes()
+        .map(|n| n.orchestrator().copy_stats().copied)
+        .sum();
+    let again: u64 = stack
+        .nodes()
+        .map(|n| n.orchestrator().copy_stats().already_present)
+        .sum();
+    assert!(
+        copied <= st.counts.built,
+        "a ledger was copied twice: {copied} copies for {} built",
+        st.counts.built
+    );
+    assert_eq!(
+        copied + again,
+        st.counts.built,
+        "every built ledger was copied once, or found already copied by the first leader"
+    );
+    stack
+        .clusters
+        .get("new")
+        .expect("new")
+        .set_latency_all(Duration::from_millis(2));
+    rolled(&stack).await;
+    let _ = stop_traffic(traffic).await;
+    metadata_intact(&stack).await;
+    eprintln!(
+        "leader expiry while coordinating: phase at the fault {phase_at_fault:?}; node-2 led \
+         {new_leader_after:?} after the server was back; SWITCHED {switched_after:?} after; \
+         copied {copied}"
+    );
+    stack.shutdown().await;
+}
+
+/// (c, fault before the duty) An origin-less switch is started while the
+/// elected leader, node-1, is away and its session expiring: the nodes apply
+/// the directive while the dead session still holds the leadership, so no
+/// node takes the duty then; the node elected afterwards must take it over
+/// (`RegistrySync` hands an origin-less directive's duty to a node that
+/// becomes leader after applying it) and the switch converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn origin_less_switch_while_the_leader_session_expires() {
+    let stack = Stack::start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
+    assert!(
+        stack.members[0].node.sync().is_leader(),
+        "node-1 joined first"
+    );
+    let traffic = stack.traffic().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stack.bounce(Duration::from_millis(200)).await;
+    let back = Instant::now();
+    let orch = stack.members[1].node.orchestrator();
+    let started = loop {
+        match orch.start_switch("new", None).await {
+            Ok(s) => break s,
+            Err(e) if e.is_retryable() && back.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("switch: {e}"),
+        }
+    };
+    let d = stack.members[1]
+        .node
+        .registry()
+        .switch_directive()
+        .await
+        .expect("directive")
+        .expect("a directive");
+    assert_eq!(d.origin, None);
+    let mut took = Vec::new();
+    for n in stack.nodes() {
+        took.push(applied(n, started.epoch, back, Duration::from_secs(25)).await);
+    }
+    let st = converged(&stack.members[1].node).await;
+    let all_duties = duties(&stack);
+    assert_eq!(all_duties.iter().sum::<u64>(), 1, "{all_duties:?}");
+    let copied: u64 = stack
+        .nodes()
+        .map(|n| n.orchestrator().copy_stats().copied)
+        .sum();
+    let again: u64 = stack
+        .nodes()
+        .map(|n| n.orchestrator().copy_stats().already_present)
+        .sum();
+    assert_eq!(copied, st.counts.built, "every ledger copied exactly once");
+    assert_eq!(again, 0, "a second coordinator re-copied ledgers");
+    let records = orch
+        .ledger_records(&st.switch_id)
+        .await
+        .expect("ledger records");
+    let mut ids: Vec<i64> = records.iter().map(|r| r.ledger_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), records.len(), "one record per ledger");
+    rolled(&stack).await;
+    let _ = stop_traffic(traffic).await;
+    metadata_intact(&stack).await;
+    eprintln!(
+        "leader expiry: directive applied {took:?}; duties {all_duties:?}; copied {copied}; \
+         leader now {:?}",
+        stack.members[1].node.sync().leader()
+    );
+    stack.shutdown().await;
+}
