@@ -135,20 +135,9 @@ impl ClientError {
     }
 }
 
-/// The error body every failed request answers with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApiErrorBody {
-    /// The message: names the object and says what to do.
-    pub error: String,
-    /// `INVALID_ARGUMENT`, `UNAUTHORIZED`, `NOT_FOUND`, `CONFLICT` or `UNAVAILABLE`.
-    pub code: String,
-    /// The request field at fault.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// Structured details.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
-}
+/// The error body every failed request answers with (the server's
+/// [`ErrorBody`](crate::error::ErrorBody)).
+pub use crate::error::ErrorBody as ApiErrorBody;
 
 /// Body of `POST /{name}`: register a cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

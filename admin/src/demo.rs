@@ -608,23 +608,11 @@ fn current_ledger_on(h: &TopicHandle, cluster: &str) -> bool {
 
 /// Every node of the metadata tree with its value, sorted by path.
 async fn snapshot_tree(store: &dyn MetadataStore) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec!["/".to_string()];
-    while let Some(p) = stack.pop() {
-        if let Ok(Some(r)) = store.get(&p).await {
-            out.insert(p.clone(), r.value);
-        }
-        if let Ok(children) = store.children(&p).await {
-            for c in children {
-                stack.push(if p == "/" {
-                    format!("/{c}")
-                } else {
-                    format!("{p}/{c}")
-                });
-            }
-        }
-    }
-    out
+    crate::testing::tree(store)
+        .await
+        .into_iter()
+        .map(|(p, (v, _))| (p, v))
+        .collect()
 }
 
 /// Checks that every stamped ledger (data, cursor, schema) is held by the

@@ -9,4 +9,5 @@ pub mod client;
 pub mod demo;
 pub mod error;
 pub mod node;
+pub mod testing;
 pub mod traffic;

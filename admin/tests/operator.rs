@@ -203,7 +203,13 @@ async fn demo_cleanup_run_holds_every_invariant() {
     assert_eq!(report.outcome, "DONE");
     assert_eq!(report.publish_failures, 0);
     assert_eq!(report.consumer_gaps, 0);
-    assert_eq!(report.schemas_promoted, 4 * 3);
+    // 3 versions per topic, plus the version the demo writes during the
+    // switch when it was created before its node applied the directive.
+    assert!(
+        (4 * 3..=4 * 3 + 1).contains(&report.schemas_promoted),
+        "{}",
+        report.schemas_promoted
+    );
     assert_eq!(report.cursors_promoted + report.rollover_fallbacks, 4);
     assert_eq!(report.failed_ledgers, 0);
     assert!(report.switch_visible_ms < 10_000);
