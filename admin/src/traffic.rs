@@ -180,6 +180,11 @@ impl Traffic {
         self.shared.published.load(Ordering::Relaxed)
     }
 
+    /// Entries delivered to consumers so far (first deliveries).
+    pub fn consumed(&self) -> u64 {
+        self.shared.consumed.load(Ordering::Relaxed)
+    }
+
     /// The last mark-delete position each consumer acknowledged successfully.
     pub fn acknowledged(&self) -> BTreeMap<String, Position> {
         self.shared.acked.lock().clone()

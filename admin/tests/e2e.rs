@@ -134,15 +134,17 @@ async fn three_nodes_switch_over_rest_with_an_owner_stopped_mid_switch() {
     };
     assert_eq!(status.phase.as_str(), "SWITCHED", "{status:?}");
     assert_eq!(status.counts.failed, 0, "{status:?}");
+    // Every recorded ledger moved: promoted, moved by rollover, or found
+    // obsolete (a live cursor rolled onto `new` between the scan and the copy).
     assert_eq!(
-        status.counts.promoted + status.counts.rollover_fallback,
-        status.counts.built,
+        status.counts.promoted + status.counts.rollover_fallback + status.counts.obsolete,
+        status.counts.to_build,
         "{status:?}"
     );
-    // 9 schema ledgers, plus the cursor ledgers still on `old` when BUILD
-    // scanned (cursors of the moved topics may already have rolled onto `new`
-    // when node-2 reloaded them).
-    assert!(status.counts.built >= 9 + 6, "{status:?}");
+    // At least the 9 schema ledgers were copied; cursor ledgers were copied
+    // when BUILD found them still on `old` (cursors of the moved topics may
+    // already have rolled onto `new` when node-2 reloaded them).
+    assert!(status.counts.built >= 9, "{status:?}");
     // The origin coordinated, and only it.
     assert_eq!(nodes[0].sync().metrics().snapshot().coordinator_duties, 1);
     assert_eq!(nodes[1].sync().metrics().snapshot().coordinator_duties, 0);

@@ -133,8 +133,14 @@ async fn serve_binary_answers_the_api_and_refuses_bad_flags() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}{BASE}/status");
     let mut answer = None;
-    for _ in 0..200 {
+    for _ in 0..400 {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            continue;
+        }
         let probe =
             tokio::time::timeout(Duration::from_secs(1), raw("GET", &url, Some(ADMIN), None));
         if let Ok((200, v)) = probe.await {

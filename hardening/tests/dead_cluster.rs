@@ -102,7 +102,20 @@ async fn scenario_a(mode: UnavailableMode) {
         .map(|n| ledgers_on(&nodes[0], n, "old"))
         .collect();
     assert!(old_ledgers.iter().all(|l| !l.is_empty()), "{old_ledgers:?}");
+    // Appends already in flight to an old ledger complete within this pause.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let published_at_switch = traffic.published();
+    // Every entry still on `old` was published before this point: let the
+    // consumers read them before `old` dies (entries left unread on a dead
+    // cluster cannot be read — that is scenario A, checked below).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while traffic.consumed() < published_at_switch {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "consumers did not catch up with the entries on old"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // `old` dies.
     clusters.get("old").expect("old").set_unavailable(mode);

@@ -2013,7 +2013,10 @@ fn summarize(records: &BTreeMap<String, LedgerRecord>) -> (Counts, Vec<Failure>)
     let mut failures = Vec::new();
     for r in records.values() {
         c.to_build += 1;
-        if r.state != LedgerState::Failed {
+        // Built = copied to the target; a ledger found obsolete before its copy
+        // (rolled over or deleted since the scan) never was.
+        let never_copied = r.state == LedgerState::Obsolete && !r.target_copy;
+        if r.state != LedgerState::Failed && !never_copied {
             c.built += 1;
         }
         match r.state {
