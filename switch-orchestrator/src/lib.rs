@@ -6,6 +6,7 @@ mod model;
 mod orchestrator;
 mod owners;
 mod scan;
+pub mod testing;
 
 pub use error::{OrchestratorError, Result};
 pub use model::{

@@ -7,76 +7,42 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_bk_client::{LedgerConfig, MemoryClientFactory, MemoryClusters};
-use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RouterConfig};
-use bkswitch_managed_ledger::schema::{SchemaStorage, SchemaStorageOptions};
+use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_managed_ledger::{ManagedLedgerFactory, Position};
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
-use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorage};
+use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
-use bkswitch_registry::{ClusterStatus, MemoryIdgenSource, Registry};
-use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator, OrchestratorConfig};
+use bkswitch_registry::ClusterStatus;
+use bkswitch_switch_orchestrator::{Orchestrator, OrchestratorConfig};
 
-pub const OLD: &str = "old";
-pub const NEW: &str = "new";
+pub use bkswitch_switch_orchestrator::testing::{EmbeddedStack, NEW, OLD};
+
 pub const CURSORS: [&str; 2] = ["sub-a", "sub-b"];
 
-pub struct Env {
-    pub store: Arc<dyn MetadataStore>,
-    pub clusters: MemoryClusters,
-    pub storage: Arc<MultiClusterManagedLedgerStorage>,
-    pub registry: Registry,
-    pub topics: LocalTopics,
-    pub schemas: SchemaStorage,
+/// The orchestrator crate's embedded stack plus the helpers of these tests.
+pub struct Env(pub EmbeddedStack);
+
+impl std::ops::Deref for Env {
+    type Target = EmbeddedStack;
+
+    fn deref(&self) -> &EmbeddedStack {
+        &self.0
+    }
 }
 
 /// A fresh stack on a fresh in-memory store, ACTIVE on `old`, `new` STANDBY
 /// with its id generator ahead of `old`'s.
 pub async fn env() -> Env {
     let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let clusters = MemoryClusters::new();
-    let storage = Arc::new(MultiClusterManagedLedgerStorage::new(
-        RouterConfig::default(),
-    ));
-    storage.set_client_factory(Arc::new(MemoryClientFactory::with_clusters(
-        clusters.clone(),
-    )));
-    storage.add_cluster(OLD, "memory://old").unwrap();
-    storage.add_cluster(NEW, "memory://new").unwrap();
-    storage.set_bootstrap(OLD).unwrap();
-    clusters.get_or_create(OLD);
-    clusters
-        .get_or_create(NEW)
-        .advance_ledger_id_to(1_000_000)
-        .unwrap();
-    storage.switch_active_cluster(OLD).await.unwrap();
-    let registry = Registry::new(store.clone());
-    registry
-        .register(OLD, "memory://old", ClusterStatus::Active)
-        .await
-        .unwrap();
-    registry
-        .register(NEW, "memory://new", ClusterStatus::Standby)
-        .await
-        .unwrap();
-    registry.ensure_bootstrap(OLD).await.unwrap();
-    let schemas = SchemaStorage::new(
-        store.clone(),
-        storage.schema_provider(),
-        SchemaStorageOptions::default()
-            .with_ledger_config(LedgerConfig::default().with_quorums(1, 1, 1))
-            .with_max_attempts(1_000),
-    );
-    Env {
+    Env(EmbeddedStack::start_with(
         store,
-        clusters,
-        storage,
-        registry,
-        topics: LocalTopics::new(),
-        schemas,
-    }
+        true,
+        SchemaStorageOptions::default().with_max_attempts(1_000),
+    )
+    .await
+    .unwrap())
 }
 
 pub fn topic(i: usize) -> String {
@@ -89,41 +55,28 @@ pub fn schema_id(i: usize) -> String {
 
 impl Env {
     pub fn config(&self) -> ManagedLedgerConfig {
-        let mut config = ManagedLedgerConfig::default()
-            .with_quorums(1, 1, 1)
-            .with_metadata_quorums(1, 1, 1)
-            .with_max_entries_per_ledger(20)
-            .with_cursor_rollover(1_000, Duration::from_secs(3600));
-        self.storage.configure(&mut config);
-        config
+        self.ledger_config(
+            ManagedLedgerConfig::default()
+                .with_max_entries_per_ledger(20)
+                .with_cursor_rollover(1_000, Duration::from_secs(3600)),
+        )
     }
 
     /// A new factory on the storage's current default class.
     pub fn factory(&self) -> ManagedLedgerFactory {
-        let class = self.storage.default_storage_class().unwrap();
-        ManagedLedgerFactory::from_storage_class(self.store.clone(), &*class)
+        self.0.factory().unwrap()
     }
 
     pub fn orchestrator(&self) -> Orchestrator {
-        Orchestrator::new(
-            self.store.clone(),
-            self.registry.clone(),
-            self.storage.clone(),
-            Arc::new(self.topics.clone()),
+        self.0.orchestrator(
             OrchestratorConfig::default().with_promote_retry(50, Duration::from_millis(10)),
         )
-        .with_idgen(Arc::new(MemoryIdgenSource {
-            clusters: self.clusters.clone(),
-        }))
     }
 
     /// What an operator does before switching (or rolling back) from `from`
     /// to `to`: advance `to`'s id generator beyond every id `from` handed out.
     pub fn advance_beyond(&self, to: &str, from: &str) {
-        let from_next = self.clusters.get(from).unwrap().next_ledger_id();
-        let to_cluster = self.clusters.get(to).unwrap();
-        let target = from_next.max(to_cluster.next_ledger_id()) + 1_000;
-        to_cluster.advance_ledger_id_to(target).unwrap();
+        self.0.advance_beyond(to, from, 1_000).unwrap();
     }
 
     /// Whether cluster `name` holds ledger `id`.

@@ -6,33 +6,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_bk_client::{
-    BookKeeper, LedgerConfig, MemoryClientFactory, MemoryClusters, ReadHandleExt,
-};
-use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RouterConfig};
-use bkswitch_managed_ledger::schema::{SchemaStorage, SchemaStorageOptions};
+use bkswitch_bk_client::{BookKeeper, ReadHandleExt};
+use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory, Position};
 use bkswitch_metadata_store::MetadataStore;
-use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorage};
+use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
-use bkswitch_registry::{ClusterStatus, MemoryIdgenSource, Registry};
 use bkswitch_switch_orchestrator::{
-    LedgerKind, LedgerState, LocalTopics, Orchestrator, OrchestratorConfig, TopicOwners,
+    LedgerKind, LedgerState, Orchestrator, OrchestratorConfig, TopicOwners,
 };
 use tokio::task::JoinHandle;
 
-pub const OLD: &str = "old";
-pub const NEW: &str = "new";
+pub use bkswitch_switch_orchestrator::testing::{EmbeddedStack, NEW, OLD};
 
-pub struct Env {
-    pub store: Arc<dyn MetadataStore>,
-    pub clusters: MemoryClusters,
-    pub storage: Arc<MultiClusterManagedLedgerStorage>,
-    pub registry: Registry,
-    pub topics: LocalTopics,
-    pub schemas: SchemaStorage,
+/// The crate's embedded stack plus the helpers of these tests.
+pub struct Env(pub EmbeddedStack);
+
+impl std::ops::Deref for Env {
+    type Target = EmbeddedStack;
+
+    fn deref(&self) -> &EmbeddedStack {
+        &self.0
+    }
 }
 
 impl Env {
@@ -40,12 +37,7 @@ impl Env {
     /// generator beyond every id the new cluster handed out (the rollback
     /// precheck requires it).
     pub fn advance_old_beyond_new(&self) {
-        let next = self.clusters.get(NEW).unwrap().next_ledger_id();
-        self.clusters
-            .get(OLD)
-            .unwrap()
-            .advance_ledger_id_to(next + 1_000_000)
-            .unwrap();
+        self.advance_beyond(OLD, NEW, 1_000_000).unwrap();
     }
 }
 
@@ -54,46 +46,7 @@ pub async fn env(store: Arc<dyn MetadataStore>) -> Env {
 }
 
 pub async fn env_with(store: Arc<dyn MetadataStore>, advance_new: bool) -> Env {
-    let clusters = MemoryClusters::new();
-    let storage = Arc::new(MultiClusterManagedLedgerStorage::new(
-        RouterConfig::default(),
-    ));
-    storage.set_client_factory(Arc::new(MemoryClientFactory::with_clusters(
-        clusters.clone(),
-    )));
-    storage.add_cluster(OLD, "memory://old").unwrap();
-    storage.add_cluster(NEW, "memory://new").unwrap();
-    storage.set_bootstrap(OLD).unwrap();
-    clusters.get_or_create(OLD);
-    let new = clusters.get_or_create(NEW);
-    if advance_new {
-        new.advance_ledger_id_to(1_000_000).unwrap();
-    }
-    storage.switch_active_cluster(OLD).await.unwrap();
-    let registry = Registry::new(store.clone());
-    registry
-        .register(OLD, "memory://old", ClusterStatus::Active)
-        .await
-        .unwrap();
-    registry
-        .register(NEW, "memory://new", ClusterStatus::Standby)
-        .await
-        .unwrap();
-    registry.ensure_bootstrap(OLD).await.unwrap();
-    let schemas = SchemaStorage::new(
-        store.clone(),
-        storage.schema_provider(),
-        SchemaStorageOptions::default()
-            .with_ledger_config(LedgerConfig::default().with_quorums(1, 1, 1)),
-    );
-    Env {
-        store,
-        clusters,
-        storage,
-        registry,
-        topics: LocalTopics::new(),
-        schemas,
-    }
+    Env(EmbeddedStack::start(store, advance_new).await.unwrap())
 }
 
 pub fn topic(i: usize) -> String {
@@ -106,18 +59,15 @@ pub fn schema_id(i: usize) -> String {
 
 impl Env {
     pub fn config(&self) -> ManagedLedgerConfig {
-        let mut config = ManagedLedgerConfig::default()
-            .with_quorums(1, 1, 1)
-            .with_metadata_quorums(1, 1, 1)
-            .with_max_entries_per_ledger(50)
-            .with_cursor_rollover(1_000, Duration::from_secs(3600));
-        self.storage.configure(&mut config);
-        config
+        self.ledger_config(
+            ManagedLedgerConfig::default()
+                .with_max_entries_per_ledger(50)
+                .with_cursor_rollover(1_000, Duration::from_secs(3600)),
+        )
     }
 
     pub fn factory(&self) -> ManagedLedgerFactory {
-        let class = self.storage.default_storage_class().unwrap();
-        ManagedLedgerFactory::from_storage_class(self.store.clone(), &*class)
+        self.0.factory().unwrap()
     }
 
     pub fn orchestrator(&self) -> Orchestrator {
@@ -125,16 +75,10 @@ impl Env {
     }
 
     pub fn orchestrator_with(&self, owners: Arc<dyn TopicOwners>) -> Orchestrator {
-        Orchestrator::new(
-            self.store.clone(),
-            self.registry.clone(),
-            self.storage.clone(),
+        self.0.orchestrator_with(
             owners,
             OrchestratorConfig::default().with_promote_retry(20, Duration::from_millis(20)),
         )
-        .with_idgen(Arc::new(MemoryIdgenSource {
-            clusters: self.clusters.clone(),
-        }))
     }
 
     /// Opens `topics` topics with two cursors each (both with a cursor ledger)
