@@ -7,8 +7,11 @@
 # What it does, in order:
 #   1. installs Debian's `zookeeper` package (and its Java runtime) when missing —
 #      the tests start their own ZooKeeper servers on free 127.0.0.1 ports;
-#   2. makes sure rustfmt and clippy are present;
-#   3. cargo fmt --check, clippy (-D warnings), the whole test suite, the docs
+#   2. installs Maven and a JDK when missing and fetches the BookKeeper jars
+#      (scripts/fetch-java-deps.sh; cached outside the checkout) — the tests
+#      start real bookies and a Java BookKeeper client;
+#   3. makes sure rustfmt and clippy are present;
+#   4. cargo fmt --check, clippy (-D warnings), the whole test suite, the docs
 #      (warnings denied) and `cargo bench --no-run` (benches must compile).
 #
 # Build artefacts go to $CARGO_TARGET_DIR, by default a cache folder outside the
@@ -31,6 +34,15 @@ fi
 test -f /usr/share/java/zookeeper.jar || { echo "zookeeper.jar missing after install" >&2; exit 1; }
 java -version 2>&1 | head -1
 
+step "BookKeeper jars"
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven default-jdk-headless >/dev/null
+fi
+command -v mvn >/dev/null 2>&1 || { echo "mvn missing after install" >&2; exit 1; }
+command -v javac >/dev/null 2>&1 || { echo "javac missing after install" >&2; exit 1; }
+scripts/fetch-java-deps.sh
+
 step "rust components"
 if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
@@ -42,6 +54,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # ZooKeeper-backed tests must run, never skip: the harness panics if it cannot
 # start a server.
 export BKSWITCH_REQUIRE_ZK=1
+# Likewise for the tests on real bookies (bkswitch-bk-harness): missing Java or
+# jars fail them instead of skipping them.
+export BKSWITCH_REQUIRE_BK=1
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

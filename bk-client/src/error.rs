@@ -93,8 +93,16 @@ impl BkErrorKind {
 
     /// The kind for a BookKeeper code; codes without a dedicated kind map to
     /// [`BkErrorKind::Other`].
+    ///
+    /// Besides each kind's own code, the codes a real client reports when the
+    /// cluster is unreachable map to the retryable kinds: `NoBookieAvailable` (-3),
+    /// `ZKException` (-9), `MetaStoreException` (-18) and `TooManyRequests` (-105)
+    /// to [`Unavailable`](BkErrorKind::Unavailable), `AddEntryQuorumTimeout` (-21)
+    /// to [`Timeout`](BkErrorKind::Timeout). [`BkError::code`] keeps the exact code.
     pub fn from_code(code: i32) -> BkErrorKind {
         match code {
+            -3 | -9 | -18 | -105 => BkErrorKind::Unavailable,
+            -21 => BkErrorKind::Timeout,
             -20 => BkErrorKind::LedgerExists,
             -7 => BkErrorKind::NoSuchLedger,
             -25 => BkErrorKind::NoSuchLedgerOnMetadataServer,
@@ -367,6 +375,10 @@ mod tests {
         let e = BkError::from_code(-17, "metadata version conflict");
         assert_eq!(e.kind(), BkErrorKind::Other);
         assert_eq!(e.code(), -17);
+        let zk = BkError::from_code(-9, "ZooKeeper connection lost");
+        assert_eq!((zk.kind(), zk.code()), (BkErrorKind::Unavailable, -9));
+        assert!(zk.is_retryable());
+        assert_eq!(BkErrorKind::from_code(-21), BkErrorKind::Timeout);
     }
 
     #[test]

@@ -17,6 +17,6 @@ pub use memory::{
     MemoryClusterConfig, MemoryClusters, OpKind, UnavailableMode,
 };
 pub use types::{
-    DeleteMissing, DigestType, EntryId, LedgerConfig, LedgerEntry, LedgerId, LedgerMetadata,
-    LedgerState, NO_ENTRY,
+    DeleteMissing, DigestType, Ensemble, EntryId, LedgerConfig, LedgerEntry, LedgerId,
+    LedgerMetadata, LedgerState, NO_ENTRY,
 };

@@ -189,13 +189,27 @@ impl LedgerState {
     }
 }
 
+/// One ensemble of a ledger: the bookies that store entries from
+/// `first_entry_id` until the next ensemble starts (BookKeeper's metadata
+/// `Segment`). A ledger starts with one ensemble; a writer that loses a bookie
+/// records a new one (an "ensemble change").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Ensemble {
+    /// The first entry stored on these bookies.
+    pub first_entry_id: EntryId,
+    /// Bookie ids (`host:port` by default), `ensemble_size` of them, in
+    /// bookie-index order: entry `e` goes to indexes `(e + i) % ensemble_size`
+    /// for `i` in `0..write_quorum_size`.
+    pub bookies: Vec<String>,
+}
+
 /// A ledger's metadata, as stored in the cluster's metadata service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerMetadata {
     /// The ledger id.
     pub ledger_id: LedgerId,
-    /// Bookie addresses of the (first) ensemble, `ensemble_size` of them.
-    pub ensemble: Vec<String>,
+    /// The ensembles, ordered by first entry id; the first starts at entry 0.
+    pub ensembles: Vec<Ensemble>,
     /// Ensemble size.
     pub ensemble_size: u32,
     /// Write quorum size.
@@ -222,6 +236,14 @@ impl LedgerMetadata {
     /// Whether the ledger is sealed.
     pub fn is_closed(&self) -> bool {
         self.state == LedgerState::Closed
+    }
+
+    /// The bookies of the first ensemble (empty if the metadata has none).
+    pub fn first_ensemble(&self) -> &[String] {
+        self.ensembles
+            .first()
+            .map(|e| e.bookies.as_slice())
+            .unwrap_or_default()
     }
 }
 

@@ -136,8 +136,13 @@ async fn ensemble_larger_than_bookie_count_is_not_enough_bookies() {
         .await
         .unwrap();
     let m = w.metadata();
-    assert_eq!(m.ensemble.len(), 2);
-    assert!(m.ensemble.iter().all(|b| cluster.bookies().contains(b)));
+    assert_eq!(m.ensembles.len(), 1);
+    assert_eq!(m.ensembles[0].first_entry_id, 0);
+    assert_eq!(m.first_ensemble().len(), 2);
+    assert!(m
+        .first_ensemble()
+        .iter()
+        .all(|b| cluster.bookies().contains(b)));
     // Validation of quorums comes before the bookie check.
     let e = bk
         .create_ledger(&cfg().with_quorums(5, 6, 1))

@@ -1,17 +1,21 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod guard;
+
 use std::fmt;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+pub use guard::{GuardedIo, GuardedProcess};
 
 /// Classpath used when `ZOOKEEPER_CLASSPATH` is not set: Debian's `zookeeper`
 /// package layout. `slf4j-simple` comes first so that the server logs through it
@@ -39,30 +43,6 @@ const INSTALL_HINT: &str = "install Debian's ZooKeeper package and a Java runtim
      (`apt-get install -y zookeeper`), or point ZOOKEEPER_CLASSPATH at a ZooKeeper \
      3.8 classpath and JAVA at a java binary";
 
-/// Shell wrapper around the JVM. Its standard input is a pipe whose write end only
-/// the test process holds: when that end closes (the harness stops the server, or
-/// the test process exits in any way, destructors or not), the wrapper kills the
-/// JVM. A line `keep` before the close keeps the data folder (stop / start again);
-/// a bare close also removes the server's temporary folder.
-const WRAPPER: &str = r#"
-root="$1"; shift
-exec 3<&0
-"$@" </dev/null >>"$root/zookeeper.log" 2>&1 3<&- &
-pid=$!
-(
-  if read -r mode <&3; then :; else mode=remove; fi
-  printf '%s\n' "$mode" >"$root/stop-mode"
-  kill -9 "$pid" 2>/dev/null
-) &
-watcher=$!
-exec 3<&- </dev/null
-wait "$pid"
-code=$?
-kill "$watcher" 2>/dev/null
-if [ "$(cat "$root/stop-mode" 2>/dev/null)" = remove ]; then rm -rf "$root"; fi
-exit "$code"
-"#;
-
 /// Why a ZooKeeper server could not be started.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -86,12 +66,7 @@ impl StartError {
 pub struct ZkServer {
     port: u16,
     root: TempDir,
-    running: Mutex<Option<Running>>,
-}
-
-struct Running {
-    child: Child,
-    guard: ChildStdin,
+    running: Mutex<Option<GuardedProcess>>,
 }
 
 impl fmt::Debug for ZkServer {
@@ -184,10 +159,7 @@ impl ZkServer {
     /// Whether the server process is alive.
     pub fn is_running(&self) -> bool {
         let mut running = self.lock();
-        match running.as_mut() {
-            Some(r) => matches!(r.child.try_wait(), Ok(None)),
-            None => false,
-        }
+        running.as_mut().is_some_and(GuardedProcess::is_running)
     }
 
     /// Stops the server (the process is killed: clients see their connections
@@ -195,7 +167,7 @@ impl ZkServer {
     pub fn stop(&self) {
         let running = self.lock().take();
         if let Some(running) = running {
-            shut_down(running, true);
+            running.kill();
         }
     }
 
@@ -249,7 +221,7 @@ impl ZkServer {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Running>> {
+    fn lock(&self) -> MutexGuard<'_, Option<GuardedProcess>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -298,13 +270,8 @@ impl ZkServer {
                 self.port
             )));
         }
-        let _ = fs::remove_file(self.root.path().join("stop-mode"));
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("sh")
-            .arg(self.root.path())
-            .arg(java_binary())
+        let mut command = Command::new(java_binary());
+        command
             .args([
                 "-XX:+UseSerialGC",
                 "-XX:-UsePerfData",
@@ -318,17 +285,15 @@ impl ZkServer {
             .arg(classpath())
             .arg(MAIN_CLASS)
             .arg(self.config_path())
-            .current_dir(self.root.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| StartError::new(format!("cannot run sh to start ZooKeeper: {e}")))?;
-        let guard = child
-            .stdin
-            .take()
-            .ok_or_else(|| StartError::new("the ZooKeeper wrapper has no stdin pipe"))?;
-        let mut started = Running { child, guard };
+            .current_dir(self.root.path());
+        let mut started = GuardedProcess::spawn(
+            &command,
+            self.root.path(),
+            &self.log_path(),
+            GuardedIo::Log,
+            true,
+        )
+        .map_err(|e| StartError::new(format!("cannot run sh to start ZooKeeper: {e}")))?;
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -336,14 +301,14 @@ impl ZkServer {
                 *running = Some(started);
                 return Ok(());
             }
-            let exited = matches!(started.child.try_wait(), Ok(Some(_)) | Err(_));
+            let exited = !started.is_running();
             if exited || Instant::now() >= deadline {
                 let reason = if exited {
                     "the server process exited".to_owned()
                 } else {
                     format!("no `imok` answer within {START_TIMEOUT:?}")
                 };
-                shut_down(started, true);
+                started.kill();
                 return Err(StartError::new(format!(
                     "ZooKeeper failed to start on 127.0.0.1:{port}: {reason}.\n\
                      Hint: {INSTALL_HINT}.\n\
@@ -361,35 +326,7 @@ impl Drop for ZkServer {
     fn drop(&mut self) {
         let running = self.lock().take();
         if let Some(running) = running {
-            shut_down(running, false);
-        }
-    }
-}
-
-/// Asks the wrapper to kill the JVM (keeping or removing the data) and waits for
-/// both to exit.
-fn shut_down(running: Running, keep_data: bool) {
-    let Running {
-        mut child,
-        mut guard,
-    } = running;
-    if keep_data {
-        let _ = guard.write_all(b"keep\n");
-        let _ = guard.flush();
-    }
-    drop(guard);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) | Err(_) => return,
-            Ok(None) if Instant::now() >= deadline => {
-                // The wrapper did not react: kill it (the JVM is its child and
-                // was sent SIGKILL already, or is about to be).
-                let _ = child.kill();
-                let _ = child.wait();
-                return;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            running.close();
         }
     }
 }

@@ -157,10 +157,13 @@ impl MemoryBookKeeper {
     fn new_metadata(&self, ledger_id: LedgerId, c: &LedgerConfig) -> LedgerMetadata {
         LedgerMetadata {
             ledger_id,
-            ensemble: self
-                .cluster
-                .inner
-                .ensemble_for(ledger_id, c.ensemble_size as usize),
+            ensembles: vec![crate::types::Ensemble {
+                first_entry_id: 0,
+                bookies: self
+                    .cluster
+                    .inner
+                    .ensemble_for(ledger_id, c.ensemble_size as usize),
+            }],
             ensemble_size: c.ensemble_size,
             write_quorum_size: c.write_quorum_size,
             ack_quorum_size: c.ack_quorum_size,

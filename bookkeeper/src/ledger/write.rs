@@ -1,0 +1,816 @@
+//! The write path, as BookKeeper's `LedgerHandle`, `LedgerHandleAdv` and
+//! `PendingAddOp` do it.
+//!
+//! - **Striping.** Entry `e` goes to the bookies `(e + i) % E`, `i < WQ`, of the
+//!   ledger's current ensemble; the frame is built once (header with the
+//!   writer's last add confirmed piggybacked, digest, payload) and sent to each.
+//! - **Ack quorum and order.** An entry is acknowledged once `AQ` of its bookies
+//!   stored it; the last add confirmed then advances over acknowledged entries
+//!   only contiguously, and completions are delivered in entry-id order.
+//! - **Ensemble change.** A bookie that fails or times out an add is replaced by
+//!   a writable bookie outside the ensemble: a new ensemble starting at `LAC + 1`
+//!   is recorded by compare-and-set on the metadata, and every pending entry is
+//!   re-sent to the replacement. Adds made meanwhile wait. With no spare bookie
+//!   the handle fails its pending adds and refuses new ones; nothing it
+//!   acknowledged is lost, and `close` seals the ledger at its LAC.
+//! - **Fencing.** A bookie answering "fenced" (a recovery open sealed the ledger)
+//!   or "unauthorized" fails the handle at once.
+//! - **Close** fails pending adds with `LedgerClosed` (-11), then seals the
+//!   metadata at the last add confirmed by compare-and-set.
+//!
+//! A recovery open uses the same machinery in *recovery mode*: adds carry the
+//! recovery flag (allowed on a fenced ledger), keep the length of the entry they
+//! re-write, and an ensemble change stays local until recovery closes the
+//! ledger (BookKeeper's `newEnsemblesFromRecovery`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bkswitch_bk_client::{
+    BkError, BkErrorKind, Ensemble, EntryId, LedgerEntry, LedgerMetadata, LedgerState, ReadHandle,
+    WriteHandle,
+};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+use super::read::{check_range, read_range};
+use super::{LedgerCtx, Op};
+use crate::meta::format::LedgerRecord;
+use crate::meta::WriteError;
+use crate::quorum::write_set;
+use crate::wire::codec::{
+    add_frame_len, encode_add, rc, EntryHeader, Response, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD,
+    MAX_FRAME_LEN, OP_ADD,
+};
+use crate::wire::conn::{Completion, ConnError};
+
+/// How a writer came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `create_ledger`: ids assigned in call order.
+    Normal,
+    /// `create_ledger_adv`: the caller gives each entry id.
+    Adv,
+    /// A recovery open re-writing the tail of a ledger.
+    Recovery,
+}
+
+enum Status {
+    Open,
+    Closed,
+    Failed(BkError),
+}
+
+struct PendingAdd {
+    frame: Bytes,
+    payload_len: u64,
+    header_length: u64,
+    /// Ensemble indexes (of the current ensemble) that stored the entry.
+    acked: u64,
+    sent: bool,
+    waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
+}
+
+struct WriteState {
+    record: LedgerRecord,
+    version: i64,
+    lac: EntryId,
+    length: u64,
+    pushed_length: u64,
+    next_entry: EntryId,
+    pending: BTreeMap<EntryId, PendingAdd>,
+    status: Status,
+    changing: bool,
+    failed: BTreeMap<usize, String>,
+    ensemble_changes: u32,
+    sealed: bool,
+}
+
+/// One request to send, gathered under the lock and sent after it.
+struct Send {
+    entry: EntryId,
+    index: usize,
+    bookie: String,
+    frame: Bytes,
+}
+
+/// The shared state of a writer (callbacks of bookie answers hold it too).
+pub(crate) struct WriterShared {
+    ctx: Arc<LedgerCtx>,
+    mode: Mode,
+    state: Mutex<WriteState>,
+}
+
+impl WriterShared {
+    fn new(
+        ctx: Arc<LedgerCtx>,
+        mode: Mode,
+        record: LedgerRecord,
+        version: i64,
+        lac: EntryId,
+        length: u64,
+    ) -> Arc<WriterShared> {
+        Arc::new(WriterShared {
+            ctx,
+            mode,
+            state: Mutex::new(WriteState {
+                record,
+                version,
+                lac,
+                length,
+                pushed_length: length,
+                next_entry: lac + 1,
+                pending: BTreeMap::new(),
+                status: Status::Open,
+                changing: false,
+                failed: BTreeMap::new(),
+                ensemble_changes: 0,
+                sealed: false,
+            }),
+        })
+    }
+
+    /// A writer in recovery mode, continuing after `lac` (of `length` bytes).
+    pub(crate) fn recovery(
+        ctx: Arc<LedgerCtx>,
+        record: LedgerRecord,
+        version: i64,
+        lac: EntryId,
+        length: u64,
+    ) -> Arc<WriterShared> {
+        Self::new(ctx, Mode::Recovery, record, version, lac, length)
+    }
+
+    /// The last add confirmed, the length and the (possibly locally changed)
+    /// ensembles.
+    pub(crate) fn progress(&self) -> (EntryId, u64, Vec<Ensemble>) {
+        let st = self.state.lock();
+        (st.lac, st.length, st.record.ensembles.clone())
+    }
+
+    fn too_large(&self, len: usize) -> Option<BkError> {
+        (add_frame_len(self.ctx.digest.len(), len) > MAX_FRAME_LEN).then(|| {
+            self.ctx.error(
+                BkErrorKind::InvalidArgument,
+                format!(
+                    "an entry of {len} bytes does not fit in a bookie frame of at most {MAX_FRAME_LEN} bytes; split it"
+                ),
+            )
+        })
+    }
+
+    fn status_error(st: &WriteState, ctx: &LedgerCtx) -> Option<BkError> {
+        match &st.status {
+            Status::Open => None,
+            Status::Closed => {
+                Some(ctx.error(BkErrorKind::LedgerClosed, "the write handle is closed"))
+            }
+            Status::Failed(e) => Some(e.clone()),
+        }
+    }
+
+    /// Queues entry `entry` (checks done by the caller) and returns its sends.
+    fn enqueue(
+        &self,
+        st: &mut WriteState,
+        entry: EntryId,
+        payload: &[u8],
+        header_length: u64,
+        waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
+    ) -> Vec<Send> {
+        let flags = if self.mode == Mode::Recovery {
+            FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
+        } else {
+            0
+        };
+        let frame = encode_add(
+            &self.ctx.master_key,
+            &self.ctx.digest,
+            EntryHeader {
+                ledger_id: self.ctx.ledger_id,
+                entry_id: entry,
+                last_add_confirmed: st.lac,
+                length: header_length as i64,
+            },
+            payload,
+            flags,
+        );
+        let mut pending = PendingAdd {
+            frame,
+            payload_len: payload.len() as u64,
+            header_length,
+            acked: 0,
+            sent: false,
+            waiter,
+        };
+        let sends = if st.changing {
+            Vec::new()
+        } else {
+            pending.sent = true;
+            sends_for(&st.record, entry, &pending, None)
+        };
+        st.pending.insert(entry, pending);
+        sends
+    }
+
+    fn dispatch(self: &Arc<Self>, sends: Vec<Send>) {
+        let timeout = self.ctx.client.config.add_timeout;
+        for s in sends {
+            let conn = self.ctx.client.conn(&s.bookie);
+            let this = self.clone();
+            let (entry, index, bookie) = (s.entry, s.index, s.bookie);
+            conn.send(
+                (OP_ADD, self.ctx.ledger_id, entry),
+                s.frame,
+                timeout,
+                Completion::Callback(Box::new(move |result| {
+                    this.on_answer(entry, index, bookie, result)
+                })),
+            );
+        }
+    }
+
+    fn add(
+        self: &Arc<Self>,
+        entry: Option<EntryId>,
+        data: Bytes,
+    ) -> BoxFuture<'static, Result<EntryId, BkError>> {
+        let ready = |r| futures::future::ready(r).boxed();
+        if let Err(e) = self.ctx.check_open() {
+            return ready(Err(e));
+        }
+        match (self.mode, entry) {
+            (Mode::Adv, None) => {
+                return ready(Err(self.ctx.error(
+                    BkErrorKind::IllegalOp,
+                    "add_entry on a handle from create_ledger_adv; use add_entry_at",
+                )))
+            }
+            (Mode::Normal, Some(_)) => {
+                return ready(Err(self.ctx.error(
+                    BkErrorKind::IllegalOp,
+                    "add_entry_at on a handle from create_ledger; use add_entry",
+                )))
+            }
+            _ => {}
+        }
+        if let Some(e) = self.too_large(data.len()) {
+            return ready(Err(e));
+        }
+        let (tx, rx) = oneshot::channel();
+        let sends = {
+            let mut st = self.state.lock();
+            let entry = match entry {
+                Some(id) => {
+                    // A negative id is at or below any LAC: -22, as LedgerHandleAdv.
+                    if id <= st.lac || st.pending.contains_key(&id) {
+                        return ready(Err(self.ctx.error(
+                            BkErrorKind::DuplicateEntryId,
+                            format!(
+                                "entry {id} is at or below the last add confirmed {} or already pending",
+                                st.lac
+                            ),
+                        )));
+                    }
+                    if let Some(e) = Self::status_error(&st, &self.ctx) {
+                        return ready(Err(e));
+                    }
+                    id
+                }
+                None => {
+                    if let Some(e) = Self::status_error(&st, &self.ctx) {
+                        return ready(Err(e));
+                    }
+                    let id = st.next_entry;
+                    st.next_entry += 1;
+                    id
+                }
+            };
+            st.pushed_length += data.len() as u64;
+            let header_length = st.pushed_length;
+            self.enqueue(&mut st, entry, &data, header_length, Some(tx))
+        };
+        self.dispatch(sends);
+        let ctx = self.ctx.clone();
+        async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(ctx.error(BkErrorKind::Other, "the add was dropped without an answer"))
+            })
+        }
+        .boxed()
+    }
+
+    /// Re-writes a recovered entry (recovery mode), keeping its length.
+    pub(crate) fn add_recovered(
+        self: &Arc<Self>,
+        entry: EntryId,
+        payload: &[u8],
+        header_length: u64,
+    ) -> BoxFuture<'static, Result<EntryId, BkError>> {
+        debug_assert_eq!(self.mode, Mode::Recovery);
+        let (tx, rx) = oneshot::channel();
+        let sends = {
+            let mut st = self.state.lock();
+            if let Some(e) = Self::status_error(&st, &self.ctx) {
+                return futures::future::ready(Err(e)).boxed();
+            }
+            self.enqueue(&mut st, entry, payload, header_length, Some(tx))
+        };
+        self.dispatch(sends);
+        let ctx = self.ctx.clone();
+        async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(ctx.error(BkErrorKind::Other, "the recovery add was dropped"))
+            })
+        }
+        .boxed()
+    }
+
+    fn on_answer(
+        self: &Arc<Self>,
+        entry: EntryId,
+        index: usize,
+        bookie: String,
+        result: Result<Response, ConnError>,
+    ) {
+        let mut fail = None;
+        let mut start_change = false;
+        let completed = {
+            let mut st = self.state.lock();
+            let aq = st.record.ack_quorum_size;
+            let member = st
+                .record
+                .last_ensemble()
+                .bookies
+                .get(index)
+                .is_some_and(|b| *b == bookie);
+            let Some(p) = st.pending.get_mut(&entry) else {
+                return;
+            };
+            match result {
+                Ok(r) if r.rc == rc::EOK => {
+                    if member {
+                        p.acked |= 1 << index;
+                    }
+                }
+                Ok(r) if r.rc == rc::EFENCED || r.rc == rc::EUA => {
+                    fail = Some(self.ctx.status_error(Op::Add, entry, &bookie, r.rc));
+                }
+                other => {
+                    let error = match &other {
+                        Ok(r) => self.ctx.status_error(Op::Add, entry, &bookie, r.rc),
+                        Err(e) => self.ctx.conn_error(Op::Add, entry, e),
+                    };
+                    if member && matches!(st.status, Status::Open) {
+                        debug!(error = %error, "bookie failed an add; changing the ensemble");
+                        if self.ctx.client.is_closed() {
+                            fail = Some(error);
+                        } else {
+                            st.failed.insert(index, bookie);
+                            if !st.changing {
+                                st.changing = true;
+                                start_change = true;
+                            }
+                        }
+                    }
+                }
+            }
+            drain(&mut st, self.mode, aq)
+        };
+        for (waiter, id) in completed {
+            if let Some(w) = waiter {
+                let _ = w.send(Ok(id));
+            }
+        }
+        if let Some(e) = fail {
+            self.fail(e);
+        } else if start_change {
+            let this = self.clone();
+            self.ctx
+                .client
+                .runtime
+                .spawn(async move { this.change_ensemble().await });
+        }
+    }
+
+    /// Fails the handle: pending adds get `error`, later adds too.
+    pub(crate) fn fail(&self, error: BkError) {
+        let waiters: Vec<_> = {
+            let mut st = self.state.lock();
+            if matches!(st.status, Status::Open) {
+                st.status = Status::Failed(error.clone());
+            }
+            st.changing = false;
+            std::mem::take(&mut st.pending)
+                .into_values()
+                .filter_map(|p| p.waiter)
+                .collect()
+        };
+        if !waiters.is_empty() {
+            info!(error = %error, pending = waiters.len(), "write handle failed");
+        }
+        for w in waiters {
+            let _ = w.send(Err(error.clone()));
+        }
+    }
+
+    /// Replaces failed bookies until none is left, recording each new ensemble
+    /// (by compare-and-set, except in recovery mode) and re-sending what they
+    /// had not stored.
+    async fn change_ensemble(self: Arc<Self>) {
+        loop {
+            let (failed, record, version, lac) = {
+                let mut st = self.state.lock();
+                if !matches!(st.status, Status::Open) {
+                    st.changing = false;
+                    return;
+                }
+                if st.failed.is_empty() {
+                    st.changing = false;
+                    // Send what waited for the change.
+                    let sends = unsent(&mut st);
+                    drop(st);
+                    self.dispatch(sends);
+                    return;
+                }
+                st.ensemble_changes += 1;
+                if st.ensemble_changes > self.ctx.client.config.max_ensemble_changes {
+                    drop(st);
+                    self.fail(self.ctx.error(
+                        BkErrorKind::Other,
+                        "too many ensemble changes; the bookies keep failing",
+                    ));
+                    return;
+                }
+                (
+                    std::mem::take(&mut st.failed),
+                    st.record.clone(),
+                    st.version,
+                    st.lac,
+                )
+            };
+            let current = record.last_ensemble().bookies.clone();
+            let failed_ids: BTreeSet<&String> = failed.values().collect();
+            let mut exclude: Vec<String> = current.clone();
+            exclude.extend(failed.values().cloned());
+            let replacements = match self.ctx.client.place(failed.len(), &exclude) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.fail(self.ctx.error(
+                        BkErrorKind::NotEnoughBookies,
+                        format!(
+                            "bookie(s) {failed_ids:?} failed and no spare writable bookie can replace them \
+                             (ensemble {current:?}); entries up to {lac} are safe — close this handle and \
+                             write to a new ledger, or start more bookies"
+                        ),
+                    ));
+                    return;
+                }
+            };
+            let mut bookies = current.clone();
+            for ((index, _), new) in failed.iter().zip(&replacements) {
+                bookies[*index] = new.clone();
+            }
+            let mut next = record.clone();
+            let start = lac + 1;
+            match next.ensembles.last_mut() {
+                Some(last) if last.first_entry_id == start => last.bookies = bookies.clone(),
+                _ => next.ensembles.push(Ensemble {
+                    first_entry_id: start,
+                    bookies: bookies.clone(),
+                }),
+            }
+            let written = if self.mode == Mode::Recovery {
+                Ok(version)
+            } else {
+                self.ctx.client.meta.write(&next, version).await
+            };
+            match written {
+                Ok(new_version) => {
+                    info!(
+                        cluster = %self.ctx.client.name,
+                        ledger = self.ctx.ledger_id,
+                        from_entry = start,
+                        replaced = ?failed_ids,
+                        by = ?replacements,
+                        "ensemble changed"
+                    );
+                    let sends = {
+                        let mut st = self.state.lock();
+                        if !matches!(st.status, Status::Open) {
+                            st.changing = false;
+                            return;
+                        }
+                        st.record.ensembles = next.ensembles;
+                        st.version = new_version;
+                        let replaced: Vec<usize> = failed.keys().copied().collect();
+                        resend_replaced(&mut st, &replaced)
+                    };
+                    self.dispatch(sends);
+                }
+                Err(WriteError::Conflict) => {
+                    // Someone else changed the metadata: a recovery open (the
+                    // ledger is IN_RECOVERY or CLOSED), or our own earlier write.
+                    match self.ctx.client.meta.read_existing(self.ctx.ledger_id).await {
+                        Ok((fresh, fresh_version)) if fresh.state == LedgerState::Open => {
+                            let mut st = self.state.lock();
+                            st.record = fresh;
+                            st.version = fresh_version;
+                            // Try again with the same failed bookies.
+                            for (i, b) in failed {
+                                st.failed.entry(i).or_insert(b);
+                            }
+                        }
+                        Ok((fresh, _)) => {
+                            let kind = if fresh.state == LedgerState::Closed {
+                                BkErrorKind::LedgerClosed
+                            } else {
+                                BkErrorKind::LedgerFenced
+                            };
+                            self.fail(self.ctx.error(
+                                kind,
+                                format!(
+                                    "the ledger became {:?} while its ensemble was being changed",
+                                    fresh.state
+                                ),
+                            ));
+                            return;
+                        }
+                        Err(e) => {
+                            self.fail(e);
+                            return;
+                        }
+                    }
+                }
+                Err(WriteError::Failed(e)) => {
+                    warn!(error = %e, "could not record a new ensemble");
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Seals the ledger at the last add confirmed (BookKeeper's writer close).
+    pub(crate) async fn close(&self) -> Result<(), BkError> {
+        let (waiters, lac, length) = {
+            let mut st = self.state.lock();
+            if st.sealed {
+                return Ok(());
+            }
+            if matches!(st.status, Status::Open) {
+                st.status = Status::Closed;
+            }
+            st.changing = false;
+            let waiters: Vec<_> = std::mem::take(&mut st.pending)
+                .into_values()
+                .filter_map(|p| p.waiter)
+                .collect();
+            (waiters, st.lac, st.length)
+        };
+        for w in waiters {
+            let _ = w.send(Err(self.ctx.error(
+                BkErrorKind::LedgerClosed,
+                "the handle was closed before this add was acknowledged",
+            )));
+        }
+        self.ctx.check_open()?;
+        let (mut record, mut version) = {
+            let st = self.state.lock();
+            (st.record.clone(), st.version)
+        };
+        loop {
+            match record.state {
+                LedgerState::Closed => {
+                    if record.last_entry_id == lac && record.length == length {
+                        let mut st = self.state.lock();
+                        st.record = record;
+                        st.version = version;
+                        st.sealed = true;
+                        return Ok(());
+                    }
+                    return Err(self.ctx.error(
+                        BkErrorKind::LedgerFenced,
+                        format!(
+                            "the ledger was sealed by another client at entry {} ({} bytes), \
+                             not at this writer's last add confirmed {lac} ({length} bytes)",
+                            record.last_entry_id, record.length
+                        ),
+                    ));
+                }
+                LedgerState::InRecovery => {
+                    return Err(self.ctx.error(
+                        BkErrorKind::LedgerFenced,
+                        "another client is recovering the ledger; it decides where the ledger ends",
+                    ))
+                }
+                LedgerState::Open => {
+                    let mut sealed = record.clone();
+                    sealed.state = LedgerState::Closed;
+                    sealed.last_entry_id = lac;
+                    sealed.length = length;
+                    match self.ctx.client.meta.write(&sealed, version).await {
+                        Ok(v) => {
+                            let mut st = self.state.lock();
+                            st.record = sealed;
+                            st.version = v;
+                            st.sealed = true;
+                            return Ok(());
+                        }
+                        Err(WriteError::Conflict) => {
+                            (record, version) = self
+                                .ctx
+                                .client
+                                .meta
+                                .read_existing(self.ctx.ledger_id)
+                                .await?;
+                        }
+                        Err(WriteError::Failed(e)) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+
+    fn metadata(&self) -> LedgerMetadata {
+        self.state
+            .lock()
+            .record
+            .to_metadata(self.ctx.digest.digest_type())
+    }
+}
+
+/// The requests that send entry `entry` to its write set, skipping the bookies
+/// that already stored it (or, with `only`, all but those indexes).
+fn sends_for(
+    record: &LedgerRecord,
+    entry: EntryId,
+    p: &PendingAdd,
+    only: Option<&[usize]>,
+) -> Vec<Send> {
+    let ensemble = &record.last_ensemble().bookies;
+    write_set(entry, record.ensemble_size, record.write_quorum_size)
+        .into_iter()
+        .filter(|i| p.acked & (1 << i) == 0)
+        .filter(|i| only.is_none_or(|o| o.contains(i)))
+        .map(|index| Send {
+            entry,
+            index,
+            bookie: ensemble[index].clone(),
+            frame: p.frame.clone(),
+        })
+        .collect()
+}
+
+/// After an ensemble change: the replaced bookies' acknowledgements no longer
+/// count, so every pending entry whose write set includes one of them is sent
+/// to its replacement.
+fn resend_replaced(st: &mut WriteState, replaced: &[usize]) -> Vec<Send> {
+    let mut sends = Vec::new();
+    let record = st.record.clone();
+    for (entry, p) in st.pending.iter_mut() {
+        for i in replaced {
+            p.acked &= !(1 << i);
+        }
+        if p.sent {
+            sends.extend(sends_for(&record, *entry, p, Some(replaced)));
+        }
+    }
+    sends.extend(unsent(st));
+    sends
+}
+
+fn unsent(st: &mut WriteState) -> Vec<Send> {
+    let record = st.record.clone();
+    let mut sends = Vec::new();
+    for (entry, p) in st.pending.iter_mut().filter(|(_, p)| !p.sent) {
+        p.sent = true;
+        sends.extend(sends_for(&record, *entry, p, None));
+    }
+    sends
+}
+
+type Completed = Vec<(Option<oneshot::Sender<Result<EntryId, BkError>>>, EntryId)>;
+
+/// Advances the last add confirmed over acknowledged entries, in order.
+fn drain(st: &mut WriteState, mode: Mode, ack_quorum: u32) -> Completed {
+    let mut out = Vec::new();
+    while let Some((&id, p)) = st.pending.first_key_value() {
+        if id != st.lac + 1 || p.acked.count_ones() < ack_quorum {
+            break;
+        }
+        let (_, p) = st.pending.pop_first().expect("checked");
+        st.lac = id;
+        st.length = match mode {
+            Mode::Recovery => p.header_length,
+            Mode::Normal | Mode::Adv => st.length + p.payload_len,
+        };
+        out.push((p.waiter, id));
+    }
+    out
+}
+
+/// A handle from `create_ledger` or `create_ledger_adv`.
+pub(crate) struct LedgerWriter {
+    shared: Arc<WriterShared>,
+}
+
+impl std::fmt::Debug for LedgerWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.shared.state.lock();
+        f.debug_struct("LedgerWriter")
+            .field("ledger_id", &self.shared.ctx.ledger_id)
+            .field("mode", &self.shared.mode)
+            .field("lac", &st.lac)
+            .field("pending", &st.pending.len())
+            .finish()
+    }
+}
+
+impl LedgerWriter {
+    pub(crate) fn new(
+        ctx: Arc<LedgerCtx>,
+        adv: bool,
+        record: LedgerRecord,
+        version: i64,
+    ) -> LedgerWriter {
+        let mode = if adv { Mode::Adv } else { Mode::Normal };
+        LedgerWriter {
+            shared: WriterShared::new(ctx, mode, record, version, -1, 0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadHandle for LedgerWriter {
+    fn id(&self) -> bkswitch_bk_client::LedgerId {
+        self.shared.ctx.ledger_id
+    }
+
+    fn metadata(&self) -> LedgerMetadata {
+        self.shared.metadata()
+    }
+
+    async fn read_entries(
+        &self,
+        first: EntryId,
+        last: EntryId,
+    ) -> bkswitch_bk_client::Result<Vec<LedgerEntry>> {
+        let (record, lac) = {
+            let st = self.shared.state.lock();
+            (st.record.clone(), st.lac)
+        };
+        check_range(&self.shared.ctx, first, last, Some(lac))?;
+        read_range(&self.shared.ctx, &record, first, last).await
+    }
+
+    async fn read_unconfirmed(
+        &self,
+        first: EntryId,
+        last: EntryId,
+    ) -> bkswitch_bk_client::Result<Vec<LedgerEntry>> {
+        let record = self.shared.state.lock().record.clone();
+        check_range(&self.shared.ctx, first, last, None)?;
+        read_range(&self.shared.ctx, &record, first, last).await
+    }
+
+    fn last_add_confirmed(&self) -> EntryId {
+        self.shared.state.lock().lac
+    }
+
+    async fn read_last_add_confirmed(&self) -> bkswitch_bk_client::Result<EntryId> {
+        self.shared.ctx.check_open()?;
+        Ok(self.shared.state.lock().lac)
+    }
+
+    fn length(&self) -> u64 {
+        self.shared.state.lock().length
+    }
+
+    fn is_closed(&self) -> bool {
+        let st = self.shared.state.lock();
+        !matches!(st.status, Status::Open) || st.record.state == LedgerState::Closed
+    }
+
+    async fn close(&self) -> bkswitch_bk_client::Result<()> {
+        self.shared.close().await
+    }
+}
+
+impl WriteHandle for LedgerWriter {
+    fn add_entry(&self, data: Bytes) -> BoxFuture<'static, bkswitch_bk_client::Result<EntryId>> {
+        self.shared.add(None, data)
+    }
+
+    fn add_entry_at(
+        &self,
+        entry_id: EntryId,
+        data: Bytes,
+    ) -> BoxFuture<'static, bkswitch_bk_client::Result<EntryId>> {
+        self.shared.add(Some(entry_id), data)
+    }
+}

@@ -1,0 +1,493 @@
+//! One TCP connection per bookie, speaking protocol version 2, with pipelined
+//! requests.
+//!
+//! - **Sending** is synchronous: a request is registered as pending, then its
+//!   frame is queued to the connection's writer task, which writes whatever is
+//!   queued in one go (so pipelined adds share system calls). Before the
+//!   connection is up, requests wait in a queue and are flushed in order once
+//!   it is.
+//! - **Matching.** Version 2 carries no request id: the reader task matches a
+//!   response to the oldest pending request with the same `(opcode, ledger,
+//!   entry)`, as BookKeeper's `PerChannelBookieClient` does (a FIFO per key).
+//!   Requests with the same key on one connection are answered in the order they
+//!   were sent, or carry the same answer (two reads of one entry).
+//! - **Timeouts.** Every request has a deadline; a sweeper fails the overdue
+//!   ones with [`ConnErrorKind::Timeout`]. A late answer to a request that timed
+//!   out is dropped.
+//! - **Failures.** When the connection breaks, every pending request fails with
+//!   [`ConnErrorKind::Closed`] and the next request opens a new connection.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::codec::{decode_response, split_frame, Response};
+
+/// How a request is matched to its response: `(opcode, ledger id, entry id)`.
+pub(crate) type Key = (u8, i64, i64);
+
+/// Resolves a bookie id to the address to connect to.
+pub(crate) type Resolver = Arc<
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<SocketAddr, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// What went wrong with a request at the connection level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnErrorKind {
+    /// The bookie could not be reached (address or connect).
+    Connect,
+    /// The connection broke before the answer came.
+    Closed,
+    /// No answer before the deadline.
+    Timeout,
+}
+
+/// A connection-level failure of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConnError {
+    pub(crate) kind: ConnErrorKind,
+    pub(crate) bookie: String,
+    pub(crate) detail: String,
+}
+
+impl fmt::Display for ConnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            ConnErrorKind::Connect => "cannot connect to bookie",
+            ConnErrorKind::Closed => "connection lost to bookie",
+            ConnErrorKind::Timeout => "no answer in time from bookie",
+        };
+        write!(f, "{what} {}: {}", self.bookie, self.detail)
+    }
+}
+
+/// What to do with the answer.
+pub(crate) enum Completion {
+    /// Send it on a channel (reads).
+    Channel(oneshot::Sender<Result<Response, ConnError>>),
+    /// Call this, on the connection's reader task or the sender's thread (adds).
+    /// It must be quick and must not block.
+    Callback(Box<dyn FnOnce(Result<Response, ConnError>) + Send>),
+}
+
+impl Completion {
+    fn complete(self, result: Result<Response, ConnError>) {
+        match self {
+            Completion::Channel(tx) => {
+                let _ = tx.send(result);
+            }
+            Completion::Callback(f) => f(result),
+        }
+    }
+}
+
+struct Waiter {
+    deadline: Instant,
+    completion: Completion,
+}
+
+/// Requests waiting for an answer on one live connection.
+#[derive(Default)]
+struct PendingMap {
+    by_key: HashMap<Key, VecDeque<Waiter>>,
+    closed: bool,
+}
+
+/// A live connection: its writer queue and its pending requests.
+struct Live {
+    id: u64,
+    tx: mpsc::UnboundedSender<Bytes>,
+    pending: Mutex<PendingMap>,
+    reader: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+enum State {
+    Idle,
+    Connecting(Vec<(Key, Bytes, Duration, Completion)>),
+    Ready(Arc<Live>),
+}
+
+/// Settings of bookie connections.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) sweep_interval: Duration,
+}
+
+/// The connection to one bookie (reconnected on demand).
+pub(crate) struct BookieConn {
+    bookie: String,
+    settings: ConnSettings,
+    resolver: Resolver,
+    runtime: Handle,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    shut: AtomicBool,
+}
+
+impl fmt::Debug for BookieConn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BookieConn")
+            .field("bookie", &self.bookie)
+            .finish()
+    }
+}
+
+impl BookieConn {
+    pub(crate) fn new(
+        bookie: String,
+        settings: ConnSettings,
+        resolver: Resolver,
+        runtime: Handle,
+    ) -> Arc<BookieConn> {
+        Arc::new(BookieConn {
+            bookie,
+            settings,
+            resolver,
+            runtime,
+            state: Mutex::new(State::Idle),
+            next_id: AtomicU64::new(1),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    fn error(&self, kind: ConnErrorKind, detail: impl Into<String>) -> ConnError {
+        ConnError {
+            kind,
+            bookie: self.bookie.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Sends `frame`, expecting one answer keyed `key` within `timeout`.
+    pub(crate) fn send(
+        self: &Arc<Self>,
+        key: Key,
+        frame: Bytes,
+        timeout: Duration,
+        completion: Completion,
+    ) {
+        if self.shut.load(Ordering::Acquire) {
+            completion.complete(Err(self.error(ConnErrorKind::Closed, "client closed")));
+            return;
+        }
+        let mut state = self.state.lock();
+        match &mut *state {
+            State::Ready(live) => {
+                let live = live.clone();
+                drop(state);
+                if let Err(rejected) = live.submit(key, frame, timeout, completion) {
+                    // The connection died between the lock and the submit: forget it
+                    // and send on a new one.
+                    self.forget(live.id);
+                    self.send(key, rejected.frame, timeout, rejected.completion);
+                }
+            }
+            State::Connecting(queue) => queue.push((key, frame, timeout, completion)),
+            State::Idle => {
+                *state = State::Connecting(vec![(key, frame, timeout, completion)]);
+                drop(state);
+                let this = self.clone();
+                self.runtime.spawn(async move { this.connect().await });
+            }
+        }
+    }
+
+    async fn connect(self: Arc<Self>) {
+        let result = tokio::time::timeout(self.settings.connect_timeout, async {
+            let addr = (self.resolver)(self.bookie.clone()).await?;
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("connect to {addr}: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            Ok::<_, String>((addr, stream))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no connection within {:?}",
+                self.settings.connect_timeout
+            ))
+        });
+        match result {
+            Ok((addr, stream)) => {
+                debug!(bookie = %self.bookie, %addr, "connected to bookie");
+                let (tx, rx) = mpsc::unbounded_channel();
+                let live = Arc::new(Live {
+                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    tx,
+                    pending: Mutex::new(PendingMap::default()),
+                    reader: Mutex::new(None),
+                });
+                let (read, write) = stream.into_split();
+                self.runtime.spawn(writer(write, rx));
+                let reader_task =
+                    self.runtime
+                        .spawn(reader(Arc::downgrade(&self), live.clone(), read));
+                *live.reader.lock() = Some(reader_task.abort_handle());
+                self.runtime.spawn(sweeper(
+                    Arc::downgrade(&live),
+                    self.settings.sweep_interval,
+                    self.bookie.clone(),
+                ));
+                let queued = {
+                    let mut state = self.state.lock();
+                    let queued = match std::mem::replace(&mut *state, State::Ready(live.clone())) {
+                        State::Connecting(queue) => queue,
+                        _ => Vec::new(),
+                    };
+                    if self.shut.load(Ordering::Acquire) {
+                        *state = State::Idle;
+                    }
+                    queued
+                };
+                for (key, frame, timeout, completion) in queued {
+                    if let Err(c) = live.submit(key, frame, timeout, completion) {
+                        c.completion.complete(Err(self.error(
+                            ConnErrorKind::Closed,
+                            "connection closed right after it opened",
+                        )));
+                    }
+                }
+                if self.shut.load(Ordering::Acquire) {
+                    live.fail_all(&self.bookie, "client closed");
+                    if let Some(reader) = live.reader.lock().take() {
+                        reader.abort();
+                    }
+                }
+            }
+            Err(detail) => {
+                debug!(bookie = %self.bookie, %detail, "cannot connect to bookie");
+                let queued = {
+                    let mut state = self.state.lock();
+                    match std::mem::replace(&mut *state, State::Idle) {
+                        State::Connecting(queue) => queue,
+                        _ => Vec::new(),
+                    }
+                };
+                for (_, _, _, completion) in queued {
+                    completion.complete(Err(self.error(ConnErrorKind::Connect, detail.clone())));
+                }
+            }
+        }
+    }
+
+    /// Drops the connection if it is `live_id` (called by its reader when it ends).
+    fn forget(&self, live_id: u64) {
+        let mut state = self.state.lock();
+        if matches!(&*state, State::Ready(l) if l.id == live_id) {
+            *state = State::Idle;
+        }
+    }
+
+    /// Closes the connection and fails every pending request; later sends fail.
+    pub(crate) fn shutdown(&self) {
+        self.shut.store(true, Ordering::Release);
+        let previous = std::mem::replace(&mut *self.state.lock(), State::Idle);
+        match previous {
+            State::Ready(live) => {
+                live.fail_all(&self.bookie, "client closed");
+                if let Some(reader) = live.reader.lock().take() {
+                    reader.abort();
+                }
+            }
+            State::Connecting(queue) => {
+                for (_, _, _, c) in queue {
+                    c.complete(Err(self.error(ConnErrorKind::Closed, "client closed")));
+                }
+            }
+            State::Idle => {}
+        }
+    }
+}
+
+/// A request that could not be submitted, given back to be sent elsewhere.
+struct Rejected {
+    frame: Bytes,
+    completion: Completion,
+}
+
+impl Live {
+    /// Registers the request and queues its frame; gives the request back when the
+    /// connection is already closed.
+    fn submit(
+        &self,
+        key: Key,
+        frame: Bytes,
+        timeout: Duration,
+        completion: Completion,
+    ) -> Result<(), Rejected> {
+        let mut pending = self.pending.lock();
+        if pending.closed {
+            return Err(Rejected { frame, completion });
+        }
+        pending.by_key.entry(key).or_default().push_back(Waiter {
+            deadline: Instant::now() + timeout,
+            completion,
+        });
+        // Queue under the lock, so that frames of one key leave in the order their
+        // waiters were registered.
+        if let Err(mpsc::error::SendError(frame)) = self.tx.send(frame) {
+            pending.closed = true;
+            let queue = pending.by_key.get_mut(&key).expect("just pushed");
+            let waiter = queue.pop_back().expect("just pushed");
+            if queue.is_empty() {
+                pending.by_key.remove(&key);
+            }
+            return Err(Rejected {
+                frame,
+                completion: waiter.completion,
+            });
+        }
+        Ok(())
+    }
+
+    fn complete(&self, response: Response) {
+        let key = (response.op, response.ledger_id, response.entry_id);
+        let waiter = {
+            let mut pending = self.pending.lock();
+            let Some(queue) = pending.by_key.get_mut(&key) else {
+                return;
+            };
+            let waiter = queue.pop_front();
+            if queue.is_empty() {
+                pending.by_key.remove(&key);
+            }
+            waiter
+        };
+        if let Some(w) = waiter {
+            w.completion.complete(Ok(response));
+        }
+    }
+
+    fn fail_all(&self, bookie: &str, detail: &str) {
+        let drained: Vec<Waiter> = {
+            let mut pending = self.pending.lock();
+            pending.closed = true;
+            pending.by_key.drain().flat_map(|(_, q)| q).collect()
+        };
+        for w in drained {
+            w.completion.complete(Err(ConnError {
+                kind: ConnErrorKind::Closed,
+                bookie: bookie.to_owned(),
+                detail: detail.to_owned(),
+            }));
+        }
+    }
+
+    fn expire(&self, now: Instant, bookie: &str) {
+        let expired: Vec<Waiter> = {
+            let mut pending = self.pending.lock();
+            let mut expired = Vec::new();
+            pending.by_key.retain(|_, queue| {
+                while queue.front().is_some_and(|w| w.deadline <= now) {
+                    expired.extend(queue.pop_front());
+                }
+                // Later waiters of a key may have earlier deadlines (different
+                // timeouts): check them all.
+                let mut i = 0;
+                while i < queue.len() {
+                    if queue[i].deadline <= now {
+                        expired.extend(queue.remove(i));
+                    } else {
+                        i += 1;
+                    }
+                }
+                !queue.is_empty()
+            });
+            expired
+        };
+        for w in expired {
+            w.completion.complete(Err(ConnError {
+                kind: ConnErrorKind::Timeout,
+                bookie: bookie.to_owned(),
+                detail: "request timed out".to_owned(),
+            }));
+        }
+    }
+}
+
+async fn writer(
+    mut write: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    while let Some(frame) = rx.recv().await {
+        buf.extend_from_slice(&frame);
+        // Gather what else is queued, up to a bound, into one write.
+        while buf.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(frame) => buf.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = write.write_all(&buf).await {
+            debug!(error = %e, "write to bookie failed");
+            return;
+        }
+        buf.clear();
+    }
+    let _ = write.shutdown().await;
+}
+
+async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: tokio::net::tcp::OwnedReadHalf) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let reason = 'read: loop {
+        loop {
+            match split_frame(&mut buf) {
+                Ok(Some(frame)) => match decode_response(frame) {
+                    Ok(response) => live.complete(response),
+                    Err(e) => warn!(error = %e, "undecodable response from bookie; ignored"),
+                },
+                Ok(None) => break,
+                Err(e) => break 'read format!("bad frame from the bookie: {e}"),
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 * 1024);
+        }
+        match read.read_buf(&mut buf).await {
+            Ok(0) => break 'read "the bookie closed the connection".to_owned(),
+            Ok(_) => {}
+            Err(e) => break 'read format!("read failed: {e}"),
+        }
+    };
+    let bookie = conn
+        .upgrade()
+        .map(|c| {
+            c.forget(live.id);
+            c.bookie.clone()
+        })
+        .unwrap_or_default();
+    debug!(%bookie, %reason, "bookie connection ended");
+    live.fail_all(&bookie, &reason);
+}
+
+async fn sweeper(live: Weak<Live>, interval: Duration, bookie: String) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(live) = live.upgrade() else { return };
+        if live.pending.lock().closed {
+            return;
+        }
+        live.expire(Instant::now(), &bookie);
+    }
+}
