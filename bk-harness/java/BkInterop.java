@@ -531,7 +531,9 @@ public final class BkInterop {
             long last = Math.min(lac, first + batch - 1);
             Enumeration<LedgerEntry> en = lh.readEntries(first, last);
             while (en.hasMoreElements()) {
-                bytes += en.nextElement().getLength();
+                // getLength() is the ledger length recorded with the entry, not
+                // the payload's: count the payload.
+                bytes += en.nextElement().getEntry().length;
                 count++;
             }
         }

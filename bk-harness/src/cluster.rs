@@ -940,36 +940,7 @@ fn init_layout(zk: &Zk, root: &str) -> Result<(), StartError> {
 
 /// A random (version 4) UUID in Java's `UUID.toString()` form.
 fn random_uuid() -> String {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&random_u64().to_be_bytes());
-    bytes[8..].copy_from_slice(&random_u64().to_be_bytes());
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
-fn random_u64() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u32(std::process::id());
-    hasher.finish()
+    uuid::Uuid::new_v4().hyphenated().to_string()
 }
 
 /// A port free on every interface (bookies listen on `0.0.0.0`), never handed

@@ -1,5 +1,5 @@
 //! Entry digests and the ledger master key, as BookKeeper's `DigestManager` and
-//! `MacDigestManager` compute them ([`docs::formats`](crate::docs) §2).
+//! `MacDigestManager` compute them.
 //!
 //! Every entry a bookie stores is the 32-byte header `ledgerId · entryId ·
 //! lastAddConfirmed · length` (big-endian `i64`s), then the digest of the header

@@ -10,6 +10,7 @@
 use std::fmt;
 
 use bkswitch_bk_client::{BkError, BkErrorKind};
+use bkswitch_metadata_store::check_zk_host;
 
 /// The ledger manager a URI asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,7 +101,7 @@ impl MetadataServiceUri {
         };
         let hosts: Vec<String> = hosts.split([';', ',']).map(str::to_owned).collect();
         for host in &hosts {
-            check_host(host).map_err(|reason| fail(format!("host `{host}`: {reason}")))?;
+            check_zk_host(host).map_err(|reason| fail(format!("host `{host}`: {reason}")))?;
         }
         let root = root.trim_end_matches('/');
         if root.is_empty() {
@@ -158,37 +159,6 @@ impl fmt::Display for MetadataServiceUri {
     }
 }
 
-fn check_host(entry: &str) -> Result<(), &'static str> {
-    if entry.is_empty() {
-        return Err("empty entry (no host, or a stray separator)");
-    }
-    let (host, port) = if let Some(v6) = entry.strip_prefix('[') {
-        let (addr, port) = v6
-            .split_once("]:")
-            .ok_or("an IPv6 address must be written [addr]:port")?;
-        addr.parse::<std::net::Ipv6Addr>()
-            .map_err(|_| "not an IPv6 address")?;
-        ("v6", port)
-    } else {
-        entry
-            .rsplit_once(':')
-            .ok_or("the port is missing (host:port)")?
-    };
-    if host.is_empty() {
-        return Err("the host name is empty");
-    }
-    if !host
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-    {
-        return Err("the host name has characters other than letters, digits, `.`, `-` and `_`");
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(()),
-        _ => Err("the port is not a number from 1 to 65535"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,9 +188,9 @@ mod tests {
             ("zk+hierarchical://h:1", "no ledgers root"),
             ("zk+hierarchical://h:1/", "no ledgers root"),
             ("zk+hierarchical://h/l", "port is missing"),
-            ("zk+hierarchical://h:0/l", "port is not a number"),
-            ("zk+hierarchical://h:99999/l", "port is not a number"),
-            ("zk+hierarchical://h:1;;h:2/l", "empty entry"),
+            ("zk+hierarchical://h:0/l", "port must be a number"),
+            ("zk+hierarchical://h:99999/l", "port must be a number"),
+            ("zk+hierarchical://h:1;;h:2/l", "stray separator"),
             ("zk+hierarchical:///l", "empty entry"),
             ("zk+hierarchical://u@h:1/l", "credentials"),
             ("zk+hierarchical://h:1/a//b", "empty"),

@@ -12,6 +12,9 @@ struct RealBookies;
 impl BookKeeperTestEnv for RealBookies {
     type Client = BookKeeperClient;
     async fn client(&self) -> BookKeeperClient {
+        // Panics naming what is missing (Java, the jars) when real bookies
+        // cannot be started.
+        bkswitch_bk_harness::require_bk();
         let uri = bkswitch_bk_harness::shared().metadata_service_uri();
         BookKeeperClient::connect(&uri, ClientConfig::default())
             .await

@@ -84,6 +84,9 @@ fn index_of(cluster: &BkCluster, bookie: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_adds_changes_the_ensemble_and_loses_nothing() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(4);
     let bk = client(&cluster).await;
     let w = bk
@@ -138,6 +141,9 @@ async fn sigkill_during_adds_changes_the_ensemble_and_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_spare_bookie_fails_the_writer_but_keeps_what_it_acknowledged() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(3);
     let bk = client(&cluster).await;
     let w = bk
@@ -183,6 +189,9 @@ async fn no_spare_bookie_fails_the_writer_but_keeps_what_it_acknowledged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_reads_fails_over_to_other_replicas() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(3);
     let bk = client(&cluster).await;
     let w = bk
@@ -235,6 +244,9 @@ async fn sigkill_during_reads_fails_over_to_other_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookie_restart_during_writes_with_a_spare() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(4);
     let bk = client(&cluster).await;
     let w = bk
@@ -264,6 +276,9 @@ async fn bookie_restart_during_writes_with_a_spare() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_restart_while_writing() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let zk = ZkServer::start();
     let cluster = BkCluster::start(&zk.connect_string(), "/ledgers", 3);
     let bk = client(&cluster).await;
@@ -293,6 +308,9 @@ async fn zookeeper_restart_while_writing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_writers_are_recovered_by_the_other_client() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(3);
     // A Rust writer that never closes (its client goes away): Java recovers it.
     let id = {
@@ -326,6 +344,9 @@ async fn crashed_writers_are_recovered_by_the_other_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_with_a_dead_bookie_replaces_it_and_both_clients_agree() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = BkCluster::on_shared_zk(4);
     let bk = client(&cluster).await;
     // Two ledgers in the same state: one recovered by Rust, one by Java.

@@ -57,6 +57,9 @@ fn total_len(p: &[Bytes]) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_writes_java_reads_with_every_digest() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -142,6 +145,9 @@ async fn rust_writes_java_reads_with_every_digest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_writes_rust_reads_and_metadata_bytes_round_trip() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -228,6 +234,9 @@ async fn java_writes_rust_reads_and_metadata_bytes_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_recovery_fences_a_live_java_writer() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -255,6 +264,9 @@ async fn rust_recovery_fences_a_live_java_writer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_recovery_fences_a_live_rust_writer() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -297,6 +309,9 @@ async fn java_recovery_fences_a_live_rust_writer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_and_java_share_the_id_generator() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = Arc::new(rust_client(cluster).await);
     let j = java_client(cluster);
@@ -375,6 +390,9 @@ async fn rust_and_java_share_the_id_generator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_ids_paths_and_ledger_exists_across_clients() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -425,6 +443,9 @@ async fn adv_ids_paths_and_ledger_exists_across_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletes_across_clients_remove_the_same_znodes() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -478,6 +499,9 @@ async fn deletes_across_clients_remove_the_same_znodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tailing_a_live_writer_both_ways() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -518,6 +542,9 @@ async fn tailing_a_live_writer_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_and_digests_are_checked_both_ways() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let cluster = shared();
     let bk = rust_client(cluster).await;
     let j = java_client(cluster);
@@ -559,6 +586,9 @@ async fn passwords_and_digests_are_checked_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_on_one_zookeeper_share_ids_without_crosstalk() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
     let a = shared();
     let b = BkCluster::on_shared_zk(3);
     let bka = rust_client(a).await;

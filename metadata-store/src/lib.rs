@@ -16,4 +16,4 @@ pub use store::{MetadataStore, MetadataStoreExt, Update};
 pub use types::{
     CreateMode, ExpectedVersion, GetResult, Notification, SessionEvent, Stat, WatchStream,
 };
-pub use zk::{ZkStore, ZkStoreOptions};
+pub use zk::{check_zk_host, ZkStore, ZkStoreOptions};

@@ -1,11 +1,13 @@
 //! One TCP connection per bookie, speaking protocol version 2, with pipelined
 //! requests.
 //!
-//! - **Sending** is synchronous: a request is registered as pending, then its
-//!   frame is queued to the connection's writer task, which writes whatever is
-//!   queued in one go (so pipelined adds share system calls). Before the
-//!   connection is up, requests wait in a queue and are flushed in order once
-//!   it is.
+//! - **Sending** is synchronous: a request is registered as pending and its
+//!   frame written at once from the caller's thread (a non-blocking write) when
+//!   the socket takes it; otherwise it is queued for the connection's writer
+//!   task, which writes whatever has queued up in one go and then hands the
+//!   socket back. No task wake-up or channel stands between a caller and the
+//!   socket in the common case. Before the connection is up, requests wait in a
+//!   queue and are flushed in order once it is.
 //! - **Matching.** Version 2 carries no request id: the reader task matches a
 //!   response to the oldest pending request with the same `(opcode, ledger,
 //!   entry)`, as BookKeeper's `PerChannelBookieClient` does (a FIFO per key).
@@ -28,10 +30,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -102,17 +105,25 @@ struct Waiter {
     completion: Completion,
 }
 
-/// Requests waiting for an answer on one live connection.
+/// Requests waiting for an answer on one live connection, and the bytes
+/// waiting to be written (one lock, so that frames leave in the order their
+/// waiters were registered).
 #[derive(Default)]
 struct PendingMap {
     by_key: HashMap<Key, VecDeque<Waiter>>,
     closed: bool,
+    /// Bytes the writer task still has to write.
+    out: BytesMut,
+    /// Whether the writer task owns the socket's write side right now.
+    flushing: bool,
 }
 
-/// A live connection: its writer queue and its pending requests.
+/// A live connection: its socket's write side, its pending requests and its
+/// writer task's wake-up.
 struct Live {
     id: u64,
-    tx: mpsc::UnboundedSender<Bytes>,
+    write: OwnedWriteHalf,
+    wake_writer: Arc<Notify>,
     pending: Mutex<PendingMap>,
     reader: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -228,15 +239,20 @@ impl BookieConn {
         match result {
             Ok((addr, stream)) => {
                 debug!(bookie = %self.bookie, %addr, "connected to bookie");
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (read, write) = stream.into_split();
+                let wake_writer = Arc::new(Notify::new());
                 let live = Arc::new(Live {
                     id: self.next_id.fetch_add(1, Ordering::Relaxed),
-                    tx,
+                    write,
+                    wake_writer: wake_writer.clone(),
                     pending: Mutex::new(PendingMap::default()),
                     reader: Mutex::new(None),
                 });
-                let (read, write) = stream.into_split();
-                self.runtime.spawn(writer(write, rx));
+                self.runtime.spawn(writer(
+                    Arc::downgrade(&live),
+                    wake_writer,
+                    self.bookie.clone(),
+                ));
                 let reader_task =
                     self.runtime
                         .spawn(reader(Arc::downgrade(&self), live.clone(), read));
@@ -341,19 +357,39 @@ impl Live {
             deadline: Instant::now() + timeout,
             completion,
         });
-        // Queue under the lock, so that frames of one key leave in the order their
-        // waiters were registered.
-        if let Err(mpsc::error::SendError(frame)) = self.tx.send(frame) {
-            pending.closed = true;
-            let queue = pending.by_key.get_mut(&key).expect("just pushed");
-            let waiter = queue.pop_back().expect("just pushed");
-            if queue.is_empty() {
-                pending.by_key.remove(&key);
+        // Write under the lock, so that frames of one key leave in the order their
+        // waiters were registered: straight from this thread when the writer
+        // task is idle and the socket takes it all, else through the writer task.
+        if pending.flushing {
+            pending.out.extend_from_slice(&frame);
+            return Ok(());
+        }
+        match self.write.try_write(&frame) {
+            Ok(n) if n == frame.len() => {}
+            Ok(n) => {
+                pending.out.extend_from_slice(&frame[n..]);
+                pending.flushing = true;
+                self.wake_writer.notify_one();
             }
-            return Err(Rejected {
-                frame,
-                completion: waiter.completion,
-            });
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                pending.out.extend_from_slice(&frame);
+                pending.flushing = true;
+                self.wake_writer.notify_one();
+            }
+            Err(_) => {
+                // The socket is broken: give the request back to be sent on a new
+                // connection; the reader fails the others when it sees the end.
+                pending.closed = true;
+                let queue = pending.by_key.get_mut(&key).expect("just pushed");
+                let waiter = queue.pop_back().expect("just pushed");
+                if queue.is_empty() {
+                    pending.by_key.remove(&key);
+                }
+                return Err(Rejected {
+                    frame,
+                    completion: waiter.completion,
+                });
+            }
         }
         Ok(())
     }
@@ -380,6 +416,8 @@ impl Live {
         let drained: Vec<Waiter> = {
             let mut pending = self.pending.lock();
             pending.closed = true;
+            pending.out.clear();
+            self.wake_writer.notify_one();
             pending.by_key.drain().flat_map(|(_, q)| q).collect()
         };
         for w in drained {
@@ -423,27 +461,42 @@ impl Live {
     }
 }
 
-async fn writer(
-    mut write: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Bytes>,
-) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    while let Some(frame) = rx.recv().await {
-        buf.extend_from_slice(&frame);
-        // Gather what else is queued, up to a bound, into one write.
-        while buf.len() < 1024 * 1024 {
-            match rx.try_recv() {
-                Ok(frame) => buf.extend_from_slice(&frame),
-                Err(_) => break,
+/// Writes what callers could not write themselves (the socket was full),
+/// then hands the socket back to them.
+async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
+    loop {
+        wake.notified().await;
+        loop {
+            let Some(l) = live.upgrade() else { return };
+            let chunk = {
+                let mut p = l.pending.lock();
+                if p.closed {
+                    return;
+                }
+                if p.out.is_empty() {
+                    p.flushing = false;
+                    break;
+                }
+                p.out.split().freeze()
+            };
+            let mut written = 0;
+            while written < chunk.len() {
+                let result = match l.write.writable().await {
+                    Ok(()) => l.write.try_write(&chunk[written..]),
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        debug!(%bookie, error = %e, "write to bookie failed");
+                        l.fail_all(&bookie, &format!("write failed: {e}"));
+                        return;
+                    }
+                }
             }
         }
-        if let Err(e) = write.write_all(&buf).await {
-            debug!(error = %e, "write to bookie failed");
-            return;
-        }
-        buf.clear();
     }
-    let _ = write.shutdown().await;
 }
 
 async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: tokio::net::tcp::OwnedReadHalf) {
@@ -489,5 +542,121 @@ async fn sweeper(live: Weak<Live>, interval: Duration, bookie: String) {
             return;
         }
         live.expire(Instant::now(), &bookie);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::codec::{encode_read, header_word, rc, OP_READ};
+    use bytes::{Buf, BufMut};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// A fake bookie that collects `batch` READ requests, then answers them in
+    /// reverse order, each answer carrying the request's entry id in its body.
+    async fn fake_bookie(listener: TcpListener, batch: usize) {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = BytesMut::new();
+        loop {
+            let mut requests = Vec::new();
+            while requests.len() < batch {
+                while let Some(mut frame) = split_frame(&mut buf).unwrap() {
+                    let _header = frame.get_u32();
+                    requests.push((frame.get_i64(), frame.get_i64()));
+                }
+                if requests.len() >= batch {
+                    break;
+                }
+                if socket.read_buf(&mut buf).await.unwrap() == 0 {
+                    return;
+                }
+            }
+            let mut out = BytesMut::new();
+            for (ledger, entry) in requests.into_iter().rev() {
+                out.put_u32(24 + 8);
+                out.put_u32(header_word(OP_READ, 0));
+                out.put_i32(rc::EOK);
+                out.put_i64(ledger);
+                out.put_i64(entry);
+                out.put_i64(entry * 1000);
+            }
+            socket.write_all(&out).await.unwrap();
+        }
+    }
+
+    fn conn_to(addr: SocketAddr, timeout: Duration) -> Arc<BookieConn> {
+        let resolver: Resolver = Arc::new(move |_| Box::pin(async move { Ok(addr) }));
+        BookieConn::new(
+            "fake:1".to_owned(),
+            ConnSettings {
+                connect_timeout: timeout,
+                sweep_interval: Duration::from_millis(10),
+            },
+            resolver,
+            Handle::current(),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_out_of_order_reach_their_own_requests() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(fake_bookie(listener, 64));
+        let conn = conn_to(addr, Duration::from_secs(5));
+        let mut waits = Vec::new();
+        // 64 requests, some of them for the same key, sent concurrently.
+        for i in 0..64i64 {
+            let (tx, rx) = oneshot::channel();
+            let entry = i % 40;
+            conn.send(
+                (OP_READ, 7, entry),
+                encode_read(7, entry, 0, None),
+                Duration::from_secs(5),
+                Completion::Channel(tx),
+            );
+            waits.push((entry, rx));
+        }
+        for (entry, rx) in waits {
+            let r = rx.await.unwrap().unwrap();
+            assert_eq!((r.ledger_id, r.entry_id), (7, entry));
+            assert_eq!(r.body.clone().get_i64(), entry * 1000);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unanswered_requests_time_out_and_a_dead_bookie_fails_fast() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Answers only after 1,000 requests: never, here.
+        tokio::spawn(fake_bookie(listener, 1000));
+        let conn = conn_to(addr, Duration::from_secs(5));
+        let (tx, rx) = oneshot::channel();
+        let started = Instant::now();
+        conn.send(
+            (OP_READ, 1, 1),
+            encode_read(1, 1, 0, None),
+            Duration::from_millis(200),
+            Completion::Channel(tx),
+        );
+        let e = rx.await.unwrap().unwrap_err();
+        assert_eq!(e.kind, ConnErrorKind::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        // Nothing listens: the connect error comes back at once.
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead = closed.local_addr().unwrap();
+        drop(closed);
+        let conn = conn_to(dead, Duration::from_secs(5));
+        let (tx, rx) = oneshot::channel();
+        conn.send(
+            (OP_READ, 1, 1),
+            encode_read(1, 1, 0, None),
+            Duration::from_secs(5),
+            Completion::Channel(tx),
+        );
+        let e = rx.await.unwrap().unwrap_err();
+        assert_eq!(e.kind, ConnErrorKind::Connect);
+        assert!(e.to_string().contains("fake:1"), "{e}");
     }
 }

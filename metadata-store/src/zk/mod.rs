@@ -31,6 +31,8 @@
 mod url;
 mod watch;
 
+pub use url::check_zk_host;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;

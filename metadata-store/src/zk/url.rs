@@ -40,7 +40,7 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
         return Err(fail("no host"));
     }
     for entry in hosts.split(',') {
-        check_host(entry).map_err(|reason| fail(&format!("host `{entry}`: {reason}")))?;
+        check_zk_host(entry).map_err(|reason| fail(&format!("host `{entry}`: {reason}")))?;
     }
     let chroot = match chroot {
         "" | "/" => String::new(),
@@ -58,9 +58,22 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
     })
 }
 
-fn check_host(entry: &str) -> std::result::Result<(), &'static str> {
+/// Checks one `host:port` (or `[v6]:port`) entry of a ZooKeeper server list;
+/// the error says what is wrong with it.
+///
+/// ```
+/// use bkswitch_metadata_store::check_zk_host;
+///
+/// assert!(check_zk_host("zk-1.example:2181").is_ok());
+/// assert!(check_zk_host("[::1]:2181").is_ok());
+/// assert_eq!(check_zk_host("zk-1"), Err("the port is missing (host:port)"));
+/// ```
+///
+/// # Errors
+/// A static description of the first problem found.
+pub fn check_zk_host(entry: &str) -> std::result::Result<(), &'static str> {
     if entry.is_empty() {
-        return Err("empty entry (stray comma)");
+        return Err("empty entry (no host, or a stray separator)");
     }
     let (host, port) = if let Some(v6) = entry.strip_prefix('[') {
         let (addr, port) = v6
@@ -118,7 +131,7 @@ mod tests {
             ("zk://h:70000", "port must be"),
             ("zk://h:x", "port must be"),
             ("zk://:1", "host name is empty"),
-            ("zk://h:1,,g:2", "stray comma"),
+            ("zk://h:1,,g:2", "stray separator"),
             ("zk://h:1/a/", "end with"),
             ("zk://h:1/a//b", "empty segment"),
             ("zk://h:1/zookeeper", "reserved"),
