@@ -713,6 +713,8 @@ impl BkCluster {
             ("bookiePort".into(), bookie.port.to_string()),
             ("advertisedAddress".into(), "127.0.0.1".into()),
             ("allowLoopback".into(), "true".into()),
+            // Listen on the loopback interface only, never on every interface.
+            ("listeningInterface".into(), "lo".into()),
             (
                 "journalDirectories".into(),
                 bookie.dir.join("journal").display().to_string(),
@@ -943,12 +945,12 @@ fn random_uuid() -> String {
     uuid::Uuid::new_v4().hyphenated().to_string()
 }
 
-/// A port free on every interface (bookies listen on `0.0.0.0`), never handed
-/// out twice in this process.
+/// A port free on the loopback interface (where the bookies listen), never
+/// handed out twice in this process.
 fn free_port() -> Result<u16, StartError> {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     for _ in 0..100 {
-        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|e| StartError::new(format!("cannot bind a port: {e}")))?;
         let port = listener
             .local_addr()
