@@ -2,7 +2,7 @@
 //! their blanket implementations for `Arc<T>`, and the convenience extension traits.
 //!
 //! The contracts below are BookKeeper's ledger API semantics (the project's
-//! FORMATS.md §4). [`crate::testkit`] checks an implementation against them.
+//! [formats §4](bkswitch_docs::formats)). [`crate::testkit`] checks an implementation against them.
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -169,7 +169,7 @@ mod tests {
         hex(&out)
     }
 
-    /// Vectors of the project's FORMATS.md §2 (computed with independent
+    /// Vectors of [formats §2](bkswitch_docs::formats) (computed with independent
     /// implementations, and confirmed by the interop tests against Java).
     #[test]
     fn known_vectors() {

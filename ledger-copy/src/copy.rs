@@ -24,7 +24,7 @@ pub fn migration_ledger_id_conflict_total() -> u64 {
 }
 
 /// Copy the ledger `ledger_id` from `src` to `dst`, keeping its ledger id, entry
-/// ids, quorum sizes, digest type, password and custom metadata (invariant I8).
+/// ids, quorum sizes, digest type, password and custom metadata (invariant [I8](bkswitch_docs::invariants::I8)).
 ///
 /// # Steps
 /// 1. Open the source **without recovery** (a recovery open would fence a live

@@ -35,9 +35,9 @@ pub trait ActiveClientSupplier: Send + Sync + Debug {
 ///
 /// # Contract
 ///
-/// - Consulted **once per handle open** (invariant I4): the managed ledger caches
+/// - Consulted **once per handle open** (invariant [I4](bkswitch_docs::invariants::I4)): the managed ledger caches
 ///   the handle it opened and never re-resolves for later reads of that handle.
-/// - Consulted on **every** open and delete path (invariant I15): data read open,
+/// - Consulted on **every** open and delete path (invariant [I15](bkswitch_docs::invariants::I15)): data read open,
 ///   recovery open of the last ledger at load, trim delete, delete of a ledger
 ///   whose id could not be recorded (orphan delete).
 /// - Must not allocate on the hot path and must never fall back silently: a stamp
@@ -106,9 +106,9 @@ pub struct NewLedgerContext<'a> {
 /// - Invoked just before the single metadata CAS that records a new ledger id
 ///   (a new `LedgerInfo`, or a new `cursorsLedgerId`); the returned entries are
 ///   merged into `LedgerInfo.properties` / `ManagedCursorInfo.cursorProperties`
-///   **in that same CAS** (invariant I1). A key already present is replaced in
+///   **in that same CAS** (invariant [I1](bkswitch_docs::invariants::I1)). A key already present is replaced in
 ///   place; others are appended in the order returned.
-/// - Keys with the reserved prefix `_pulsar.` (invariant I16) may only be set by
+/// - Keys with the reserved prefix `_pulsar.` (invariant [I16](bkswitch_docs::invariants::I16)) may only be set by
 ///   providers, never through user-facing property APIs.
 /// - If the provider fails, the new ledger is deleted (through the resolver) and
 ///   nothing is recorded: a recorded ledger is never left without its stamp.

@@ -1,5 +1,5 @@
 //! Leader election among nodes: picks the one node that runs the orchestrator
-//! of a directive without `origin` (SPEC §3).
+//! of a directive without `origin` ([design §3](bkswitch_docs::design)).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The idgen precheck (I11).
+//! The idgen precheck ([I11](bkswitch_docs::invariants::I11)).
 //!
 //! A switch copies ledgers to the new cluster keeping their ids
 //! (`createLedgerAdv(same id)`); the new cluster's own id generator must already
@@ -38,7 +38,7 @@ pub trait IdgenSource: Send + Sync {
 }
 
 /// Next ledger id from BookKeeper's layout under `ledgers_root` in `store`
-/// (FORMATS.md §5, using [`Stat::next_sequential_suffix`](bkswitch_metadata_store::Stat::next_sequential_suffix)).
+/// ([formats §5](bkswitch_docs::formats), using [`Stat::next_sequential_suffix`](bkswitch_metadata_store::Stat::next_sequential_suffix)).
 ///
 /// # Errors
 ///

@@ -1,4 +1,4 @@
-//! The JSON records of the registry (FORMATS.md §3).
+//! The JSON records of the registry ([formats §3](bkswitch_docs::formats)).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum ClusterStatus {
-    /// The cluster new ledgers are created on; exactly one (I12).
+    /// The cluster new ledgers are created on; exactly one ([I12](bkswitch_docs::invariants::I12)).
     Active,
     /// Registered, not in use; may become the switch target.
     Standby,
@@ -31,7 +31,7 @@ pub struct ClusterRecord {
     pub extra: Map<String, Value>,
 }
 
-/// `<root>/bootstrap` = `{"bootstrapClusterName","recordedAt"}`, written once (I17).
+/// `<root>/bootstrap` = `{"bootstrapClusterName","recordedAt"}`, written once ([I17](bkswitch_docs::invariants::I17)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapMarker {

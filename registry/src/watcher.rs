@@ -1,4 +1,4 @@
-//! The config watcher (SPEC §3): every node follows the registry and the switch
+//! The config watcher ([design §3](bkswitch_docs::design)): every node follows the registry and the switch
 //! directive.
 
 use std::collections::{BTreeMap, HashMap};

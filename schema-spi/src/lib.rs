@@ -17,11 +17,11 @@ use bkswitch_proto::schema::PositionInfo;
 /// - [`creation_properties`](Self::creation_properties) is then asked, with that
 ///   same client, for the entries to merge into the new
 ///   `PositionInfo.properties` **before** the locator CAS that records the ledger
-///   (invariant I1). Stamp the given client's cluster, never re-read the active
+///   (invariant [I1](bkswitch_docs::invariants::I1)). Stamp the given client's cluster, never re-read the active
 ///   one: a switch may have happened in between.
 /// - [`resolve`](Self::resolve) is consulted once per schema-ledger open and
 ///   before deleting a schema ledger, including the orphan left by a lost locator
-///   CAS (invariant I15). It must never fall back silently.
+///   CAS (invariant [I15](bkswitch_docs::invariants::I15)). It must never fall back silently.
 pub trait SchemaClientProvider: Send + Sync + Debug {
     /// The client that holds the schema ledger `position` points at.
     ///

@@ -344,7 +344,7 @@ impl ClusterInner {
 }
 
 /// An in-process BookKeeper cluster that follows BookKeeper's ledger semantics
-/// (the project's FORMATS.md §4), with test knobs: id generator control, delete
+/// ([formats §4](bkswitch_docs::formats)), with test knobs: id generator control, delete
 /// behaviour, unavailability, latency and fenced re-creation.
 ///
 /// Cheap to clone (a shared handle). Clients are [`MemoryBookKeeper`]s from

@@ -1,5 +1,5 @@
 //! `MemoryBookKeeper`: an in-process bookie cluster that follows BookKeeper's ledger
-//! semantics exactly (the project's FORMATS.md §4), always compiled so it can back
+//! semantics exactly ([formats §4](bkswitch_docs::formats)), always compiled so it can back
 //! doctests, examples, demos and the first run of every suite.
 //!
 //! - [`MemoryCluster`] is one named cluster: ledgers, id generator, bookies,

@@ -23,7 +23,7 @@
 //! re-write, and an ensemble change stays local until recovery closes the
 //! ledger (BookKeeper's `newEnsemblesFromRecovery`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bkswitch_bk_client::{
@@ -35,7 +35,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::read::{check_range, read_range};
 use super::{LedgerCtx, Op};
@@ -59,50 +59,50 @@ pub(crate) enum Mode {
     Recovery,
 }
 
-enum Status {
+pub(super) enum Status {
     Open,
     Closed,
     Failed(BkError),
 }
 
-struct PendingAdd {
-    frame: Bytes,
-    payload_len: u64,
-    header_length: u64,
+pub(super) struct PendingAdd {
+    pub(super) frame: Bytes,
+    pub(super) payload_len: u64,
+    pub(super) header_length: u64,
     /// Ensemble indexes (of the current ensemble) that stored the entry.
-    acked: u64,
-    sent: bool,
-    waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
+    pub(super) acked: u64,
+    pub(super) sent: bool,
+    pub(super) waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
 }
 
-struct WriteState {
-    record: LedgerRecord,
-    version: i64,
-    lac: EntryId,
-    length: u64,
-    pushed_length: u64,
-    next_entry: EntryId,
-    pending: BTreeMap<EntryId, PendingAdd>,
-    status: Status,
-    changing: bool,
-    failed: BTreeMap<usize, String>,
-    ensemble_changes: u32,
-    sealed: bool,
+pub(super) struct WriteState {
+    pub(super) record: LedgerRecord,
+    pub(super) version: i64,
+    pub(super) lac: EntryId,
+    pub(super) length: u64,
+    pub(super) pushed_length: u64,
+    pub(super) next_entry: EntryId,
+    pub(super) pending: BTreeMap<EntryId, PendingAdd>,
+    pub(super) status: Status,
+    pub(super) changing: bool,
+    pub(super) failed: BTreeMap<usize, String>,
+    pub(super) ensemble_changes: u32,
+    pub(super) sealed: bool,
 }
 
 /// One request to send, gathered under the lock and sent after it.
-struct Send {
-    entry: EntryId,
-    index: usize,
-    bookie: String,
-    frame: Bytes,
+pub(super) struct Send {
+    pub(super) entry: EntryId,
+    pub(super) index: usize,
+    pub(super) bookie: String,
+    pub(super) frame: Bytes,
 }
 
 /// The shared state of a writer (callbacks of bookie answers hold it too).
 pub(crate) struct WriterShared {
-    ctx: Arc<LedgerCtx>,
-    mode: Mode,
-    state: Mutex<WriteState>,
+    pub(super) ctx: Arc<LedgerCtx>,
+    pub(super) mode: Mode,
+    pub(super) state: Mutex<WriteState>,
 }
 
 impl WriterShared {
@@ -217,7 +217,7 @@ impl WriterShared {
         sends
     }
 
-    fn dispatch(self: &Arc<Self>, sends: Vec<Send>) {
+    pub(super) fn dispatch(self: &Arc<Self>, sends: Vec<Send>) {
         let timeout = self.ctx.client.config.add_timeout;
         for s in sends {
             let conn = self.ctx.client.conn(&s.bookie);
@@ -418,143 +418,6 @@ impl WriterShared {
         }
     }
 
-    /// Replaces failed bookies until none is left, recording each new ensemble
-    /// (by compare-and-set, except in recovery mode) and re-sending what they
-    /// had not stored.
-    async fn change_ensemble(self: Arc<Self>) {
-        loop {
-            let (failed, record, version, lac) = {
-                let mut st = self.state.lock();
-                if !matches!(st.status, Status::Open) {
-                    st.changing = false;
-                    return;
-                }
-                if st.failed.is_empty() {
-                    st.changing = false;
-                    // Send what waited for the change.
-                    let sends = unsent(&mut st);
-                    drop(st);
-                    self.dispatch(sends);
-                    return;
-                }
-                st.ensemble_changes += 1;
-                if st.ensemble_changes > self.ctx.client.config.max_ensemble_changes {
-                    drop(st);
-                    self.fail(self.ctx.error(
-                        BkErrorKind::Other,
-                        "too many ensemble changes; the bookies keep failing",
-                    ));
-                    return;
-                }
-                (
-                    std::mem::take(&mut st.failed),
-                    st.record.clone(),
-                    st.version,
-                    st.lac,
-                )
-            };
-            let current = record.last_ensemble().bookies.clone();
-            let failed_ids: BTreeSet<&String> = failed.values().collect();
-            let mut exclude: Vec<String> = current.clone();
-            exclude.extend(failed.values().cloned());
-            let replacements = match self.ctx.client.place(failed.len(), &exclude) {
-                Ok(r) => r,
-                Err(_) => {
-                    self.fail(self.ctx.error(
-                        BkErrorKind::NotEnoughBookies,
-                        format!(
-                            "bookie(s) {failed_ids:?} failed and no spare writable bookie can replace them \
-                             (ensemble {current:?}); entries up to {lac} are safe — close this handle and \
-                             write to a new ledger, or start more bookies"
-                        ),
-                    ));
-                    return;
-                }
-            };
-            let mut bookies = current.clone();
-            for ((index, _), new) in failed.iter().zip(&replacements) {
-                bookies[*index] = new.clone();
-            }
-            let mut next = record.clone();
-            let start = lac + 1;
-            match next.ensembles.last_mut() {
-                Some(last) if last.first_entry_id == start => last.bookies = bookies.clone(),
-                _ => next.ensembles.push(Ensemble {
-                    first_entry_id: start,
-                    bookies: bookies.clone(),
-                }),
-            }
-            let written = if self.mode == Mode::Recovery {
-                Ok(version)
-            } else {
-                self.ctx.client.meta.write(&next, version).await
-            };
-            match written {
-                Ok(new_version) => {
-                    info!(
-                        cluster = %self.ctx.client.name,
-                        ledger = self.ctx.ledger_id,
-                        from_entry = start,
-                        replaced = ?failed_ids,
-                        by = ?replacements,
-                        "ensemble changed"
-                    );
-                    let sends = {
-                        let mut st = self.state.lock();
-                        if !matches!(st.status, Status::Open) {
-                            st.changing = false;
-                            return;
-                        }
-                        st.record.ensembles = next.ensembles;
-                        st.version = new_version;
-                        let replaced: Vec<usize> = failed.keys().copied().collect();
-                        resend_replaced(&mut st, &replaced)
-                    };
-                    self.dispatch(sends);
-                }
-                Err(WriteError::Conflict) => {
-                    // Someone else changed the metadata: a recovery open (the
-                    // ledger is IN_RECOVERY or CLOSED), or our own earlier write.
-                    match self.ctx.client.meta.read_existing(self.ctx.ledger_id).await {
-                        Ok((fresh, fresh_version)) if fresh.state == LedgerState::Open => {
-                            let mut st = self.state.lock();
-                            st.record = fresh;
-                            st.version = fresh_version;
-                            // Try again with the same failed bookies.
-                            for (i, b) in failed {
-                                st.failed.entry(i).or_insert(b);
-                            }
-                        }
-                        Ok((fresh, _)) => {
-                            let kind = if fresh.state == LedgerState::Closed {
-                                BkErrorKind::LedgerClosed
-                            } else {
-                                BkErrorKind::LedgerFenced
-                            };
-                            self.fail(self.ctx.error(
-                                kind,
-                                format!(
-                                    "the ledger became {:?} while its ensemble was being changed",
-                                    fresh.state
-                                ),
-                            ));
-                            return;
-                        }
-                        Err(e) => {
-                            self.fail(e);
-                            return;
-                        }
-                    }
-                }
-                Err(WriteError::Failed(e)) => {
-                    warn!(error = %e, "could not record a new ensemble");
-                    self.fail(e);
-                    return;
-                }
-            }
-        }
-    }
-
     /// Seals the ledger at the last add confirmed (BookKeeper's writer close).
     pub(crate) async fn close(&self) -> Result<(), BkError> {
         let (waiters, lac, length) = {
@@ -646,7 +509,7 @@ impl WriterShared {
 
 /// The requests that send entry `entry` to its write set, skipping the bookies
 /// that already stored it (or, with `only`, all but those indexes).
-fn sends_for(
+pub(super) fn sends_for(
     record: &LedgerRecord,
     entry: EntryId,
     p: &PendingAdd,
@@ -664,34 +527,6 @@ fn sends_for(
             frame: p.frame.clone(),
         })
         .collect()
-}
-
-/// After an ensemble change: the replaced bookies' acknowledgements no longer
-/// count, so every pending entry whose write set includes one of them is sent
-/// to its replacement.
-fn resend_replaced(st: &mut WriteState, replaced: &[usize]) -> Vec<Send> {
-    let mut sends = Vec::new();
-    let record = st.record.clone();
-    for (entry, p) in st.pending.iter_mut() {
-        for i in replaced {
-            p.acked &= !(1 << i);
-        }
-        if p.sent {
-            sends.extend(sends_for(&record, *entry, p, Some(replaced)));
-        }
-    }
-    sends.extend(unsent(st));
-    sends
-}
-
-fn unsent(st: &mut WriteState) -> Vec<Send> {
-    let record = st.record.clone();
-    let mut sends = Vec::new();
-    for (entry, p) in st.pending.iter_mut().filter(|(_, p)| !p.sent) {
-        p.sent = true;
-        sends.extend(sends_for(&record, *entry, p, None));
-    }
-    sends
 }
 
 type Completed = Vec<(Option<oneshot::Sender<Result<EntryId, BkError>>>, EntryId)>;

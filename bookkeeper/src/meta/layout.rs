@@ -118,7 +118,7 @@ impl LedgerManagerKind {
 mod tests {
     use super::*;
 
-    /// Examples of the project's FORMATS.md §3 (BookKeeper's hybrid path rule).
+    /// Examples of [formats §3](bkswitch_docs::formats) (BookKeeper's hybrid path rule).
     #[test]
     fn paths() {
         let h = LedgerManagerKind::Hierarchical;

@@ -326,7 +326,7 @@ mod tests {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The v2 ADD frame of the project's FORMATS.md §2: ledger 1, entry 0, LAC -1,
+    /// The v2 ADD frame of [formats §2](bkswitch_docs::formats): ledger 1, entry 0, LAC -1,
     /// length 5, "hello", CRC32C, empty password.
     #[test]
     fn add_frame_matches_known_bytes() {

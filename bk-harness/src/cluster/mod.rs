@@ -1,10 +1,8 @@
 //! Real bookie clusters: layout in ZooKeeper, one JVM per bookie, faults.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -12,7 +10,14 @@ use std::time::{Duration, Instant};
 
 use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
 
-use crate::install::{classpath, installation, Installation};
+mod builder;
+mod setup;
+
+pub use builder::BkClusterBuilder;
+use setup::{free_port, parse_conf_line};
+pub(crate) use setup::{log_excerpt, tail};
+
+use crate::install::{classpath, Installation};
 use crate::interop::JavaClient;
 use crate::zk::Zk;
 use crate::{StartError, JAVA_17_FLAGS};
@@ -38,170 +43,6 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// How many ports a bookie tries when the one picked is taken meanwhile.
 const PORT_ATTEMPTS: u32 = 3;
-
-/// Options of a [`BkCluster`]; start it with [`start`](Self::start) or
-/// [`try_start`](Self::try_start).
-///
-/// ```no_run
-/// use bkswitch_bk_harness::BkCluster;
-///
-/// let zk = bkswitch_zk_harness::shared();
-/// let cluster = BkCluster::builder(&zk.connect_string(), "/ledgers-ro")
-///     .bookies(4)
-///     .bookie_conf(3, "forceReadOnlyBookie=true") // bookie 3 registers read-only
-///     .max_heap_mb(192)
-///     .start();
-/// assert_eq!(cluster.bookie_count(), 4);
-/// ```
-#[derive(Debug, Clone)]
-pub struct BkClusterBuilder {
-    zk_connect: String,
-    ledgers_root: String,
-    bookies: usize,
-    conf: Vec<String>,
-    bookie_conf: Vec<(usize, String)>,
-    jvm_args: Vec<String>,
-    max_heap_mb: u32,
-    max_direct_memory_mb: u32,
-    start_timeout: Duration,
-    log_level: String,
-}
-
-impl BkClusterBuilder {
-    /// A builder for a cluster on ZooKeeper `zk_connect` (`host:port`, several
-    /// separated by commas, no chroot) under `ledgers_root` (such as `/ledgers`),
-    /// with 3 bookies by default.
-    pub fn new(zk_connect: &str, ledgers_root: &str) -> BkClusterBuilder {
-        BkClusterBuilder {
-            zk_connect: zk_connect.to_owned(),
-            ledgers_root: ledgers_root.to_owned(),
-            bookies: 3,
-            conf: Vec::new(),
-            bookie_conf: Vec::new(),
-            jvm_args: Vec::new(),
-            max_heap_mb: 256,
-            max_direct_memory_mb: 256,
-            start_timeout: START_TIMEOUT,
-            log_level: "INFO".to_owned(),
-        }
-    }
-
-    /// How many bookies to start (may be 0: [`BkCluster::add_bookie`] adds them
-    /// later).
-    pub fn bookies(mut self, bookies: usize) -> Self {
-        self.bookies = bookies;
-        self
-    }
-
-    /// A `key=value` line for every bookie's configuration, replacing the
-    /// harness's value of that key (`zkTimeout=6000`, `ledgerStorageClass=…`).
-    pub fn conf(mut self, line: impl Into<String>) -> Self {
-        self.conf.push(line.into());
-        self
-    }
-
-    /// A `key=value` line for bookie `index` only (applied after
-    /// [`conf`](Self::conf)). `forceReadOnlyBookie=true` makes it register as
-    /// read-only; `bookieId=bk-1` gives it a custom id (then
-    /// [`BkCluster::bookie_id`] returns that id).
-    pub fn bookie_conf(mut self, index: usize, line: impl Into<String>) -> Self {
-        self.bookie_conf.push((index, line.into()));
-        self
-    }
-
-    /// An extra JVM argument for every bookie (after the harness's own).
-    pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
-        self.jvm_args.push(arg.into());
-        self
-    }
-
-    /// Each bookie's maximum heap (`-Xmx`), in MiB. Default 256.
-    pub fn max_heap_mb(mut self, mb: u32) -> Self {
-        self.max_heap_mb = mb;
-        self
-    }
-
-    /// Each bookie's direct memory limit (`-XX:MaxDirectMemorySize`), in MiB.
-    /// Default 256.
-    pub fn max_direct_memory_mb(mut self, mb: u32) -> Self {
-        self.max_direct_memory_mb = mb;
-        self
-    }
-
-    /// How long starts wait for registrations. Default [`START_TIMEOUT`].
-    pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
-        self
-    }
-
-    /// The bookies' log4j2 root level (`INFO` by default; the ZooKeeper client
-    /// logs at `WARN`).
-    pub fn log_level(mut self, level: impl Into<String>) -> Self {
-        self.log_level = level.into();
-        self
-    }
-
-    /// Starts the cluster; see [`BkCluster::start`].
-    ///
-    /// # Panics
-    ///
-    /// When the cluster cannot be started (the message has the reason and the
-    /// tail of the failing bookies' logs).
-    pub fn start(self) -> BkCluster {
-        match self.try_start() {
-            Ok(cluster) => cluster,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// Starts the cluster, returning the failure instead of panicking.
-    ///
-    /// # Errors
-    ///
-    /// [`StartError`] when java, javac or the jars are missing, an argument is
-    /// invalid, ZooKeeper cannot be reached, or a bookie does not register in
-    /// time.
-    pub fn try_start(self) -> Result<BkCluster, StartError> {
-        let installation = installation()?;
-        let hosts = parse_hosts(&self.zk_connect)?;
-        let root = parse_root(&self.ledgers_root)?;
-        let conf = parse_conf_lines(&self.conf)?;
-        let mut bookie_conf = vec![Vec::new(); self.bookies];
-        for (index, line) in &self.bookie_conf {
-            let slot = bookie_conf.get_mut(*index).ok_or_else(|| {
-                StartError::new(format!(
-                    "bookie_conf({index}, ..): the cluster has {} bookies",
-                    self.bookies
-                ))
-            })?;
-            slot.push(parse_conf_line(line)?);
-        }
-        let zk = Zk::connect(&hosts)?;
-        init_layout(&zk, &root)?;
-
-        let cluster = BkCluster {
-            zk_connect: hosts,
-            ledgers_root: root,
-            zk,
-            settings: Settings {
-                installation,
-                log4j: log4j_config(&self.log_level),
-                conf,
-                jvm_args: self.jvm_args,
-                max_heap_mb: self.max_heap_mb.max(16),
-                max_direct_memory_mb: self.max_direct_memory_mb.max(16),
-                start_timeout: self.start_timeout,
-            },
-            bookies: Mutex::new(Vec::new()),
-        };
-        let mut indices = Vec::new();
-        for extra in bookie_conf {
-            indices.push(cluster.launch_new(extra)?);
-        }
-        cluster.wait_started(&indices)?;
-        Ok(cluster)
-    }
-}
 
 /// A cluster of real Apache BookKeeper bookies, one JVM each, on loopback ports,
 /// registered in ZooKeeper under one ledgers root.
@@ -871,139 +712,6 @@ impl Drop for BkCluster {
     }
 }
 
-/// The `key=value` lines of a bookie configuration, in order.
-fn parse_conf_lines(lines: &[String]) -> Result<Vec<(String, String)>, StartError> {
-    lines.iter().map(|l| parse_conf_line(l)).collect()
-}
-
-fn parse_conf_line(line: &str) -> Result<(String, String), StartError> {
-    match line.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() && !line.contains('\n') => {
-            Ok((key.trim().to_owned(), value.trim().to_owned()))
-        }
-        _ => Err(StartError::new(format!(
-            "bookie configuration line `{line}` is not `key=value`"
-        ))),
-    }
-}
-
-/// `host:port[,host:port…]` from a connect string (a `zk://` prefix is accepted).
-fn parse_hosts(zk_connect: &str) -> Result<String, StartError> {
-    let hosts = zk_connect.strip_prefix("zk://").unwrap_or(zk_connect);
-    if hosts.is_empty() || hosts.contains('/') || hosts.contains(char::is_whitespace) {
-        return Err(StartError::new(format!(
-            "ZooKeeper connect string `{zk_connect}` must be host:port[,host:port...] \
-             without a chroot (put the path in the ledgers root)"
-        )));
-    }
-    Ok(hosts.to_owned())
-}
-
-fn parse_root(root: &str) -> Result<String, StartError> {
-    let valid = root.starts_with('/')
-        && root.len() > 1
-        && !root.ends_with('/')
-        && root
-            .split('/')
-            .skip(1)
-            .all(|s| !s.is_empty() && s != "." && s != ".." && s != "zookeeper")
-        && !root.contains(char::is_whitespace);
-    if valid {
-        Ok(root.to_owned())
-    } else {
-        Err(StartError::new(format!(
-            "ledgers root `{root}` must be an absolute ZooKeeper path such as /ledgers"
-        )))
-    }
-}
-
-/// Lays a new cluster out as `initnewcluster` does, unless the root exists.
-fn init_layout(zk: &Zk, root: &str) -> Result<(), StartError> {
-    let fail = |path: &str, e: &dyn fmt::Display| {
-        StartError::new(format!("cannot lay out the cluster at {path}: {e}"))
-    };
-    if zk.exists(root).map_err(|e| fail(root, &e))? {
-        return Ok(());
-    }
-    if !zk.create(root, b"").map_err(|e| fail(root, &e))? {
-        // Created meanwhile by someone else: theirs.
-        return Ok(());
-    }
-    for (path, value) in [
-        (format!("{root}/available"), Vec::new()),
-        (format!("{root}/available/readonly"), Vec::new()),
-        (format!("{root}/INSTANCEID"), random_uuid().into_bytes()),
-        (format!("{root}/LAYOUT"), LAYOUT.to_vec()),
-    ] {
-        zk.create(&path, &value).map_err(|e| fail(&path, &e))?;
-    }
-    Ok(())
-}
-
-/// A random (version 4) UUID in Java's `UUID.toString()` form.
-fn random_uuid() -> String {
-    uuid::Uuid::new_v4().hyphenated().to_string()
-}
-
-/// A port free on the loopback interface (where the bookies listen), never
-/// handed out twice in this process.
-fn free_port() -> Result<u16, StartError> {
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    for _ in 0..100 {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| StartError::new(format!("cannot bind a port: {e}")))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| StartError::new(format!("cannot read the probed port: {e}")))?
-            .port();
-        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
-            return Ok(port);
-        }
-    }
-    Err(StartError::new("no free port found"))
-}
-
-/// The log4j2 configuration of the bookies: everything to standard output (the
-/// bookie's log file), the ZooKeeper client at WARN.
-fn log4j_config(level: &str) -> String {
-    format!(
-        "status = error\n\
-         name = bk-harness\n\
-         appender.out.type = Console\n\
-         appender.out.name = out\n\
-         appender.out.target = SYSTEM_OUT\n\
-         appender.out.layout.type = PatternLayout\n\
-         appender.out.layout.pattern = %d{{HH:mm:ss.SSS}} %-5level [%t] %c{{1}} - %msg%n\n\
-         logger.zookeeper.name = org.apache.zookeeper\n\
-         logger.zookeeper.level = WARN\n\
-         rootLogger.level = {level}\n\
-         rootLogger.appenderRef.out.ref = out\n"
-    )
-}
-
-/// The end of a log without Java stack frames (`at …`, `... n more`), which
-/// would push the messages out of a short excerpt: the last `lines` other lines
-/// among the last 300.
-pub(crate) fn log_excerpt(path: &Path, lines: usize) -> String {
-    let text = tail(path, 300);
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            !(t.starts_with("at ") || (t.starts_with("... ") && t.ends_with(" more")))
-        })
-        .collect();
-    kept[kept.len().saturating_sub(lines)..].join("\n")
-}
-
-/// The last `lines` lines of a file (empty when it cannot be read).
-pub(crate) fn tail(path: &Path, lines: usize) -> String {
-    let bytes = fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// A fresh ledgers root `/ledgers-<pid>-<n>`, unique in this process and across
 /// processes sharing a ZooKeeper.
 pub fn unique_ledgers_root() -> String {
@@ -1041,53 +749,5 @@ pub fn shared() -> &'static BkCluster {
     match cluster {
         Ok(cluster) => cluster,
         Err(message) => panic!("the shared BookKeeper cluster is unavailable: {message}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuids_look_like_java_ones() {
-        let a = random_uuid();
-        let b = random_uuid();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        let groups: Vec<&str> = a.split('-').collect();
-        assert_eq!(
-            groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
-            [8, 4, 4, 4, 12]
-        );
-        assert!(groups[2].starts_with('4'));
-        assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'));
-        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
-        assert_eq!(a, a.to_lowercase());
-    }
-
-    #[test]
-    fn arguments_are_checked() {
-        assert_eq!(parse_hosts("127.0.0.1:2181").unwrap(), "127.0.0.1:2181");
-        assert_eq!(parse_hosts("zk://a:1,b:2").unwrap(), "a:1,b:2");
-        assert!(parse_hosts("127.0.0.1:2181/chroot").is_err());
-        assert!(parse_root("/ledgers").is_ok());
-        assert!(parse_root("/a/ledgers").is_ok());
-        for bad in ["", "/", "ledgers", "/ledgers/", "/a//b", "/zookeeper/x"] {
-            assert!(parse_root(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            parse_conf_line(" zkTimeout = 6000 ").unwrap(),
-            ("zkTimeout".to_owned(), "6000".to_owned())
-        );
-        assert!(parse_conf_line("novalue").is_err());
-        assert!(parse_conf_line("=1").is_err());
-    }
-
-    #[test]
-    fn roots_are_unique() {
-        let a = unique_ledgers_root();
-        let b = unique_ledgers_root();
-        assert_ne!(a, b);
-        assert!(parse_root(&a).is_ok());
     }
 }
