@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 ///
 /// Used for ledger timestamps in `ManagedLedgerInfo`, rollover ages and time
 /// retention. [`SystemClock`] is the default; tests use
-/// [`testing::ManualClock`](crate::testing::ManualClock).
+/// [`testkit::ManualClock`](crate::testkit::ManualClock).
 pub trait Clock: Send + Sync + Debug {
     /// Milliseconds since the Unix epoch.
     fn now_millis(&self) -> i64;

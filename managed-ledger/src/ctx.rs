@@ -1,13 +1,20 @@
 //! What a managed ledger and its cursors share: the store, the clients, the
 //! config, the clock, and the hook call sites (S1, S2, S4).
+//!
+//! Every ledger this crate creates, records, opens for recovery or deletes goes
+//! through a method here, so the hook call sites are in one place: S1 in
+//! [`Ctx::create_ledger`], S4 in [`Ctx::properties_or_discard`], S2 in
+//! [`Ctx::resolve_ledger`] and [`Ctx::resolve_cursor`] (and the deletes built on
+//! them). Every metadata write of a managed ledger or cursor is a
+//! compare-and-set through [`Ctx::cas`].
 
 use std::sync::Arc;
 
-use bkswitch_bk_client::{BookKeeper, BookKeeperExt, LedgerId};
-use bkswitch_metadata_store::MetadataStore;
+use bkswitch_bk_client::{BookKeeper, BookKeeperExt, LedgerConfig, LedgerId, WriteHandle};
+use bkswitch_metadata_store::{ExpectedVersion, MetadataError, MetadataStore};
 use bkswitch_mledger_spi::{LedgerPurpose, ManagedLedgerConfig, NewLedgerContext};
 use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
-use bkswitch_proto::ml::{KeyValue, ManagedCursorInfo, StringProperty};
+use bkswitch_proto::ml::ManagedCursorInfo;
 
 use crate::clock::Clock;
 use crate::error::{ManagedLedgerError, Result};
@@ -15,6 +22,8 @@ use crate::error::{ManagedLedgerError, Result};
 /// Root of the managed-ledger metadata tree.
 pub(crate) const ROOT: &str = "/managed-ledgers";
 
+/// One managed ledger's name, metadata path, store, clients, config and clock,
+/// shared by the ledger and its cursors.
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub(crate) name: String,
@@ -37,6 +46,22 @@ impl Ctx {
             Some(supplier) => supplier.active_client(),
             None => self.client.clone(),
         }
+    }
+
+    /// Creates a ledger with `config` on the S1 client; returns the client and
+    /// the handle. `what` names the ledger's owner in the error
+    /// (`managed ledger 'x'`, `cursor 'c' of managed ledger 'x'`).
+    pub(crate) async fn create_ledger(
+        &self,
+        config: &LedgerConfig,
+        what: &str,
+    ) -> Result<(Arc<dyn BookKeeper>, Arc<dyn WriteHandle>)> {
+        let client = self.creation_client();
+        let handle = client
+            .create_ledger(config)
+            .await
+            .map_err(|e| ManagedLedgerError::client(format!("creating a ledger for {what}"), e))?;
+        Ok((client, handle))
     }
 
     /// S2: the client that holds a data ledger (once per handle open or delete).
@@ -113,6 +138,48 @@ impl Ctx {
         Ok(out)
     }
 
+    /// S4 for the ledger `handle` just created on `client`. When a provider
+    /// fails the ledger is closed and deleted on `client`: it carries no
+    /// properties, so no stamp exists to route by.
+    pub(crate) async fn properties_or_discard(
+        &self,
+        purpose: LedgerPurpose<'_>,
+        handle: &dyn WriteHandle,
+        client: &dyn BookKeeper,
+    ) -> Result<Vec<(String, String)>> {
+        let id = handle.id();
+        match self.new_ledger_properties(purpose, id, client) {
+            Ok(props) => Ok(props),
+            Err(e) => {
+                let _ = handle.close().await;
+                self.delete_orphan(client, id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes and deletes a ledger whose recording failed after it got its
+    /// properties: on the client `resolve` names (S2 on the metadata that was
+    /// not written, [I15](bkswitch_docs::invariants::I15)), or on `creator` when
+    /// the resolver refuses.
+    pub(crate) async fn discard_unrecorded(
+        &self,
+        handle: &dyn WriteHandle,
+        creator: &dyn BookKeeper,
+        resolve: impl FnOnce() -> Result<Arc<dyn BookKeeper>>,
+    ) {
+        let id = handle.id();
+        let _ = handle.close().await;
+        match resolve() {
+            Ok(client) => self.delete_orphan(client.as_ref(), id).await,
+            Err(e) => {
+                tracing::warn!(managed_ledger = %self.name, ledger_id = id, error = %e,
+                    "resolver refused the unrecorded ledger; deleting on its creator");
+                self.delete_orphan(creator, id).await;
+            }
+        }
+    }
+
     /// Deletes a ledger that was created but could not be recorded, through
     /// `client` (the resolver's answer, or the creator when no stamp exists).
     pub(crate) async fn delete_orphan(&self, client: &dyn BookKeeper, ledger_id: LedgerId) {
@@ -132,28 +199,77 @@ impl Ctx {
             ),
         }
     }
-}
 
-/// Merges `(key, value)` pairs into a `KeyValue` list: a key already present is
-/// replaced in place, others are appended in order.
-pub(crate) fn merge_key_values(list: &mut Vec<KeyValue>, props: Vec<(String, String)>) {
-    for (key, value) in props {
-        match list.iter_mut().find(|kv| kv.key == key) {
-            Some(kv) => kv.value = value,
-            None => list.push(KeyValue { key, value }),
+    /// Deletes a recorded data ledger through the S2 resolver
+    /// ([I15](bkswitch_docs::invariants::I15)).
+    pub(crate) async fn delete_ledger(&self, li: &LedgerInfo, why: &str) -> Result<()> {
+        let client = self.resolve_ledger(li)?;
+        delete_recorded(client.as_ref(), li.ledger_id, || {
+            format!(
+                "deleting ledger {} of managed ledger '{}' ({why})",
+                li.ledger_id, self.name
+            )
+        })
+        .await
+    }
+
+    /// Deletes the cursor ledger `info` names through the cursor resolver
+    /// ([I15](bkswitch_docs::invariants::I15)).
+    pub(crate) async fn delete_cursor_ledger(
+        &self,
+        cursor: &str,
+        info: &ManagedCursorInfo,
+    ) -> Result<()> {
+        let client = self.resolve_cursor(cursor, info)?;
+        delete_recorded(client.as_ref(), info.cursors_ledger_id, || {
+            format!(
+                "deleting cursor ledger {} of cursor '{cursor}' of managed ledger '{}'",
+                info.cursors_ledger_id, self.name
+            )
+        })
+        .await
+    }
+
+    /// Writes `bytes` at `path` with a compare-and-set on `version`
+    /// ([I3](bkswitch_docs::invariants::I3)) and returns the new version. A
+    /// failure other than a conflict may hide an applied write, so the value
+    /// is read back: holding `bytes` at `version + 1`, the write counts as
+    /// done. Otherwise the store's error is returned for the caller to name.
+    pub(crate) async fn cas(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        version: i64,
+    ) -> std::result::Result<i64, MetadataError> {
+        match self
+            .store
+            .put(path, bytes, ExpectedVersion::Exactly(version))
+            .await
+        {
+            Ok(stat) => Ok(stat.version),
+            Err(e) if e.is_conflict() => Err(e),
+            Err(e) => {
+                if let Ok(Some(r)) = self.store.get(path).await {
+                    if r.value == bytes && r.stat.version == version + 1 {
+                        return Ok(r.stat.version);
+                    }
+                }
+                Err(e)
+            }
         }
     }
 }
 
-/// As [`merge_key_values`], for `StringProperty` lists.
-pub(crate) fn merge_string_properties(
-    list: &mut Vec<StringProperty>,
-    props: Vec<(String, String)>,
-) {
-    for (name, value) in props {
-        match list.iter_mut().find(|p| p.name == name) {
-            Some(p) => p.value = value,
-            None => list.push(StringProperty { name, value }),
-        }
-    }
+/// Deletes `ledger_id` on `client` (already gone counts as deleted); a failure
+/// is a client error described by `context`.
+async fn delete_recorded(
+    client: &dyn BookKeeper,
+    ledger_id: LedgerId,
+    context: impl FnOnce() -> String,
+) -> Result<()> {
+    client
+        .delete_ledger_if_exists(ledger_id)
+        .await
+        .map(|_| ())
+        .map_err(|e| ManagedLedgerError::client(context(), e))
 }

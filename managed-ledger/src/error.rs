@@ -11,9 +11,12 @@ use crate::position::Position;
 pub type Result<T, E = ManagedLedgerError> = std::result::Result<T, E>;
 
 /// The category of a [`ManagedLedgerError`], for matching without destructuring.
+///
+/// Named apart from the metadata store's `ErrorKind` so that code using both
+/// needs no renamed import.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum ErrorKind {
+pub enum ManagedLedgerErrorKind {
     /// Another owner took over (fenced ledger, or metadata changed under us).
     Fenced,
     /// The managed ledger or cursor is closed (or deleted).
@@ -44,6 +47,20 @@ pub enum ErrorKind {
     Hook,
 }
 
+/// The lower-layer error behind a [`ManagedLedgerError::Fenced`]: kept typed so
+/// that callers can inspect it (its retryable/permanent answer included).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceCause {
+    /// BookKeeper refused to write: a recovery open by another owner fenced
+    /// the ledger.
+    #[error(transparent)]
+    Ledger(BkError),
+    /// A metadata compare-and-set lost: another owner wrote the metadata.
+    #[error(transparent)]
+    Metadata(MetadataError),
+}
+
 /// An error of a managed ledger or cursor operation.
 ///
 /// Every message names the managed ledger (and cursor or ledger when relevant),
@@ -65,6 +82,10 @@ pub enum ManagedLedgerError {
         name: String,
         /// What revealed the fencing.
         reason: String,
+        /// The lower-layer error that revealed it, when one did (a fenced
+        /// ledger, a lost compare-and-set).
+        #[source]
+        source: Option<Box<FenceCause>>,
     },
     /// The managed ledger or cursor was closed or deleted.
     #[error("{what} is closed; open it again to keep using it")]
@@ -209,22 +230,24 @@ pub enum ManagedLedgerError {
 
 impl ManagedLedgerError {
     /// The category of the error.
-    pub fn kind(&self) -> ErrorKind {
+    pub fn kind(&self) -> ManagedLedgerErrorKind {
         match self {
-            ManagedLedgerError::Fenced { .. } => ErrorKind::Fenced,
-            ManagedLedgerError::Closed { .. } => ErrorKind::Closed,
-            ManagedLedgerError::Terminated { .. } => ErrorKind::Terminated,
-            ManagedLedgerError::InvalidName { .. } => ErrorKind::InvalidName,
-            ManagedLedgerError::InvalidPosition { .. } => ErrorKind::InvalidPosition,
-            ManagedLedgerError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
-            ManagedLedgerError::NoSuchCursor { .. } => ErrorKind::NoSuchCursor,
-            ManagedLedgerError::CursorRolledOver { .. } => ErrorKind::CursorRolledOver,
-            ManagedLedgerError::NotOnActiveCluster { .. } => ErrorKind::NotOnActiveCluster,
-            ManagedLedgerError::MetadataConflict { .. } => ErrorKind::MetadataConflict,
-            ManagedLedgerError::CorruptMetadata { .. } => ErrorKind::CorruptMetadata,
-            ManagedLedgerError::Client { .. } => ErrorKind::Client,
-            ManagedLedgerError::Metadata { .. } => ErrorKind::Metadata,
-            ManagedLedgerError::Hook { .. } => ErrorKind::Hook,
+            ManagedLedgerError::Fenced { .. } => ManagedLedgerErrorKind::Fenced,
+            ManagedLedgerError::Closed { .. } => ManagedLedgerErrorKind::Closed,
+            ManagedLedgerError::Terminated { .. } => ManagedLedgerErrorKind::Terminated,
+            ManagedLedgerError::InvalidName { .. } => ManagedLedgerErrorKind::InvalidName,
+            ManagedLedgerError::InvalidPosition { .. } => ManagedLedgerErrorKind::InvalidPosition,
+            ManagedLedgerError::InvalidArgument { .. } => ManagedLedgerErrorKind::InvalidArgument,
+            ManagedLedgerError::NoSuchCursor { .. } => ManagedLedgerErrorKind::NoSuchCursor,
+            ManagedLedgerError::CursorRolledOver { .. } => ManagedLedgerErrorKind::CursorRolledOver,
+            ManagedLedgerError::NotOnActiveCluster { .. } => {
+                ManagedLedgerErrorKind::NotOnActiveCluster
+            }
+            ManagedLedgerError::MetadataConflict { .. } => ManagedLedgerErrorKind::MetadataConflict,
+            ManagedLedgerError::CorruptMetadata { .. } => ManagedLedgerErrorKind::CorruptMetadata,
+            ManagedLedgerError::Client { .. } => ManagedLedgerErrorKind::Client,
+            ManagedLedgerError::Metadata { .. } => ManagedLedgerErrorKind::Metadata,
+            ManagedLedgerError::Hook { .. } => ManagedLedgerErrorKind::Hook,
         }
     }
 
@@ -246,6 +269,25 @@ impl ManagedLedgerError {
         match self {
             ManagedLedgerError::Client { source, .. } => Some(source),
             _ => None,
+        }
+    }
+
+    /// A [`Fenced`](ManagedLedgerError::Fenced) error no lower error revealed.
+    pub(crate) fn fenced(name: &str, reason: impl Into<String>) -> Self {
+        ManagedLedgerError::Fenced {
+            name: name.to_owned(),
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// A [`Fenced`](ManagedLedgerError::Fenced) error revealed by `cause`; the
+    /// reason names it too.
+    pub(crate) fn fenced_by(name: &str, reason: impl Into<String>, cause: FenceCause) -> Self {
+        ManagedLedgerError::Fenced {
+            name: name.to_owned(),
+            reason: reason.into(),
+            source: Some(Box::new(cause)),
         }
     }
 
@@ -282,10 +324,11 @@ impl ManagedLedgerError {
     /// reports the ledger fenced.
     pub(crate) fn from_add(name: &str, ledger_id: LedgerId, source: BkError) -> Self {
         if source.kind() == BkErrorKind::LedgerFenced {
-            ManagedLedgerError::Fenced {
-                name: name.to_owned(),
-                reason: format!("ledger {ledger_id} was fenced by a recovery open ({source})"),
-            }
+            ManagedLedgerError::fenced_by(
+                name,
+                format!("ledger {ledger_id} was fenced by a recovery open ({source})"),
+                FenceCause::Ledger(source),
+            )
         } else {
             ManagedLedgerError::client(
                 format!("append to ledger {ledger_id} of managed ledger '{name}' failed"),

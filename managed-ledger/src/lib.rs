@@ -6,17 +6,28 @@ mod ctx;
 mod cursor;
 mod error;
 mod ledger;
+mod ledger_view;
 mod name;
 mod position;
-pub mod testing;
+mod props;
+mod storage;
 
 pub mod schema;
-mod storage;
+pub mod testkit;
 
 pub use clock::{Clock, SystemClock};
 pub use cursor::{CursorPromotion, InitialPosition, ManagedCursor};
-pub use error::{ErrorKind, ManagedLedgerError, Result};
+pub use error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
 pub use ledger::{ManagedLedger, ManagedLedgerFactory};
 pub use name::{validate_cursor_name, validate_managed_ledger_name};
 pub use position::{Entry, Position};
 pub use storage::{BookKeeperStorage, BookKeeperStorageClass, DEFAULT_STORAGE_CLASS};
+
+/// The former name of [`ManagedLedgerErrorKind`], kept while other crates
+/// still use it; new code names `ManagedLedgerErrorKind`.
+#[doc(hidden)]
+pub use error::ManagedLedgerErrorKind as ErrorKind;
+
+/// The former name of [`testkit`], kept while other crates still use it.
+#[doc(hidden)]
+pub use testkit as testing;

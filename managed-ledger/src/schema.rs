@@ -4,7 +4,7 @@
 //! ([`SchemaClientProvider`]) deciding which bookie cluster each schema ledger
 //! lives on.
 //!
-//! # Layout (FORMATS.md §2)
+//! # Layout ([formats §2](bkswitch_docs::formats))
 //!
 //! - Each version is a `SchemaEntry { schema_data, index }` written as entry 0
 //!   of a new ledger, which is then closed. `index` is the locator's index
@@ -13,7 +13,8 @@
 //! - The locator is `SchemaLocator { info, index }`: `info` is the latest
 //!   version, `index` every version in ascending order. It is created with
 //!   [`ExpectedVersion::NotExists`](bkswitch_metadata_store::ExpectedVersion::NotExists)
-//!   and then replaced by compare-and-set on the node version read (I3).
+//!   and then replaced by compare-and-set on the node version read
+//!   ([I3](bkswitch_docs::invariants::I3)).
 //! - New ledgers get Pulsar's custom metadata `application=pulsar`,
 //!   `component=schema`, `pulsar/schemaId=<schemaId>`.
 //!
@@ -22,13 +23,15 @@
 //! - A put creates the ledger on [`SchemaClientProvider::active`] and records
 //!   [`SchemaClientProvider::creation_properties`] of *that* client in the new
 //!   `PositionInfo.properties` of the very locator write that records the ledger
-//!   (I1). With [`SingleClientSchemaProvider`](bkswitch_schema_spi::SingleClientSchemaProvider)
+//!   ([I1](bkswitch_docs::invariants::I1)). With
+//!   [`SingleClientSchemaProvider`](bkswitch_schema_spi::SingleClientSchemaProvider)
 //!   no property is added, so the locator bytes are those of a broker without
 //!   PIP-477.
 //! - Every open of a schema ledger, every delete, and the delete of the orphan
 //!   left by a lost compare-and-set go through
-//!   [`SchemaClientProvider::resolve`], once per open (I4, I15). When the
-//!   provider fails to attribute a new ledger, no stamp exists to route by, so
+//!   [`SchemaClientProvider::resolve`], once per open
+//!   ([I4](bkswitch_docs::invariants::I4), [I15](bkswitch_docs::invariants::I15)).
+//!   When the provider fails to attribute a new ledger, no stamp exists to route by, so
 //!   that ledger is deleted on the client that created it.
 //! - A put whose compare-and-set loses deletes its ledger and starts again from
 //!   a fresh read, at most [`SchemaStorageOptions::max_attempts`] times. Any

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, LedgerConfig, MemoryCluster, ReadHandle};
-use bkswitch_managed_ledger::{CursorPromotion, ErrorKind, InitialPosition, Position};
+use bkswitch_managed_ledger::{CursorPromotion, InitialPosition, ManagedLedgerErrorKind, Position};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::decode_managed_cursor_info;
 use bkswitch_proto::{Message, Stamped};
@@ -122,7 +122,7 @@ async fn complete_copy_flips_only_the_stamp_and_later_positions_go_to_the_new_cl
     assert_eq!(
         a.encode_to_vec(),
         b.encode_to_vec(),
-        "only the stamp changes (I9)"
+        "only the stamp changes (docs/INVARIANTS.md I9)"
     );
     assert_eq!(c.cursor_ledger_id(), ledger);
 
@@ -243,14 +243,22 @@ async fn mismatch_and_unswitched_node_are_refused_without_writing() {
         .promote_cursor_ledger(ledger + 7, copied, "bk-b")
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::CursorRolledOver, "{err}");
+    assert_eq!(
+        err.kind(),
+        ManagedLedgerErrorKind::CursorRolledOver,
+        "{err}"
+    );
 
     // Ahead of the copy, but this node still creates ledgers on bk-a.
     let err = c
         .promote_cursor_ledger(ledger, copied, "bk-b")
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotOnActiveCluster, "{err}");
+    assert_eq!(
+        err.kind(),
+        ManagedLedgerErrorKind::NotOnActiveCluster,
+        "{err}"
+    );
     assert!(err.is_retryable());
     assert!(err.to_string().contains("bk-b"), "{err}");
     assert_eq!(
@@ -331,5 +339,5 @@ async fn owner_adopts_a_concurrent_stamp_only_promotion_but_not_other_changes() 
         .await
         .unwrap();
     let err = c.roll_cursor_ledger().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Fenced, "{err}");
 }

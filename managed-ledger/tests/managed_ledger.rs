@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_bk_client::{BookKeeper, MemoryCluster};
-use bkswitch_managed_ledger::testing::InjectedFailure;
+use bkswitch_managed_ledger::testkit::InjectedFailure;
 use bkswitch_managed_ledger::{
-    ErrorKind, InitialPosition, ManagedLedgerError, ManagedLedgerFactory, Position,
+    InitialPosition, ManagedLedgerError, ManagedLedgerErrorKind, ManagedLedgerFactory, Position,
 };
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::{
@@ -224,7 +224,7 @@ async fn fault_between_create_and_cas_leaves_nothing_unrecorded() {
         .fail_writes_matching(PATH, 1, InjectedFailure::Unavailable);
     let next_id = env.cluster.next_ledger_id();
     let err = ml.rollover().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Metadata, "{err}");
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Metadata, "{err}");
     assert!(!env.cluster.contains_ledger(next_id));
     assert_eq!(hooks.resolver.ledger_calls(next_id), 1);
     assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
@@ -233,7 +233,7 @@ async fn fault_between_create_and_cas_leaves_nothing_unrecorded() {
     hooks.stamper.set_failing(true);
     let next_id = env.cluster.next_ledger_id();
     let err = ml.rollover().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Hook, "{err}");
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Hook, "{err}");
     assert!(!env.cluster.contains_ledger(next_id));
     assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
     hooks.stamper.set_failing(false);
@@ -473,13 +473,13 @@ async fn second_owner_fences_the_first() {
     let acked = append_n(&first, 0, 5).await;
     let second = env.factory().open(NAME, config).await.unwrap();
     let err = first.append("late").await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Fenced, "{err}");
     assert!(err.to_string().contains(NAME));
     assert!(first.is_fenced());
     // Later operations keep failing fenced; rollover's CAS would too.
     assert_eq!(
         first.rollover().await.unwrap_err().kind(),
-        ErrorKind::Fenced
+        ManagedLedgerErrorKind::Fenced
     );
     let all = second.read_entries(acked[0], 100).await.unwrap();
     assert_eq!(all.iter().map(|e| e.position).collect::<Vec<_>>(), acked);
@@ -496,7 +496,7 @@ async fn stale_owner_metadata_cas_is_treated_as_fenced() {
     // The first owner's next metadata write (terminate) loses the CAS or finds
     // its ledger fenced: either way it is fenced.
     let err = first.terminate().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Fenced, "{err}");
 }
 
 #[tokio::test]
@@ -505,7 +505,11 @@ async fn bad_input_is_rejected_without_changing_metadata() {
     let factory = env.factory();
     for bad in ["", "a//b", "/a/b", "a/b/", "a/./b", "a/../b", "a/b\u{7}"] {
         let err = factory.open(bad, small_config()).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidName, "{bad:?}: {err}");
+        assert_eq!(
+            err.kind(),
+            ManagedLedgerErrorKind::InvalidName,
+            "{bad:?}: {err}"
+        );
     }
     assert!(snapshot(env.inner_store.as_ref()).await.is_empty());
 
@@ -522,7 +526,11 @@ async fn bad_input_is_rejected_without_changing_metadata() {
     ];
     for p in cases {
         let err = ml.read_entries(p, 10).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+        assert_eq!(
+            err.kind(),
+            ManagedLedgerErrorKind::InvalidPosition,
+            "{p}: {err}"
+        );
         assert!(err.to_string().contains(NAME));
     }
     for p in [
@@ -531,29 +539,37 @@ async fn bad_input_is_rejected_without_changing_metadata() {
         Position::new(9999, 0),
     ] {
         let err = c.mark_delete(p).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+        assert_eq!(
+            err.kind(),
+            ManagedLedgerErrorKind::InvalidPosition,
+            "{p}: {err}"
+        );
         let err = c.delete(&[p]).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidPosition, "{p}: {err}");
+        assert_eq!(
+            err.kind(),
+            ManagedLedgerErrorKind::InvalidPosition,
+            "{p}: {err}"
+        );
     }
     assert_eq!(
         ml.cursor("nope").unwrap_err().kind(),
-        ErrorKind::NoSuchCursor
+        ManagedLedgerErrorKind::NoSuchCursor
     );
     assert_eq!(
         ml.delete_cursor("nope").await.unwrap_err().kind(),
-        ErrorKind::NoSuchCursor
+        ManagedLedgerErrorKind::NoSuchCursor
     );
     for bad in ["", "a/b", "..", "x\n"] {
         assert_eq!(
             ml.open_cursor(bad).await.unwrap_err().kind(),
-            ErrorKind::InvalidName
+            ManagedLedgerErrorKind::InvalidName
         );
     }
     let err = c
         .set_cursor_properties(&[(format!("{ATTR_KEY}x"), "v".into())])
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::InvalidArgument);
     assert_eq!(snapshot(env.inner_store.as_ref()).await, before);
 }
 
@@ -587,7 +603,7 @@ async fn trim_by_slowest_cursor_and_retention() {
     assert!(!trimmed.contains(&ml.current_ledger_id().unwrap()));
     // Reading a trimmed ledger is a clear error.
     let err = ml.read_entries(ps[0], 1).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidPosition);
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::InvalidPosition);
 
     // Time retention: kept until old enough.
     let env = Env::new();
@@ -645,7 +661,11 @@ async fn cursor_properties_primitive_changes_only_cursor_properties() {
         .update_cursor_properties(ledger + 1, |p| p.clear())
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::CursorRolledOver, "{err}");
+    assert_eq!(
+        err.kind(),
+        ManagedLedgerErrorKind::CursorRolledOver,
+        "{err}"
+    );
     assert_eq!(
         env.inner_store.get(&cursor_path).await.unwrap().unwrap(),
         before
@@ -699,7 +719,7 @@ async fn cursor_properties_updates_serialise_with_mark_deletes() {
                     .await
                 {
                     Ok(_) => return Ok(()),
-                    Err(e) if e.kind() == ErrorKind::CursorRolledOver => continue,
+                    Err(e) if e.kind() == ManagedLedgerErrorKind::CursorRolledOver => continue,
                     Err(e) => return Err(e),
                 }
             }
@@ -741,9 +761,12 @@ async fn terminate_close_and_compressed_metadata() {
     c.mark_delete(ps[2]).await.unwrap();
     assert_eq!(ml.terminate().await.unwrap(), ps[4]);
     let err = ml.append("x").await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Terminated);
+    assert_eq!(err.kind(), ManagedLedgerErrorKind::Terminated);
     ml.close().await.unwrap();
-    assert_eq!(ml.append("x").await.unwrap_err().kind(), ErrorKind::Closed);
+    assert_eq!(
+        ml.append("x").await.unwrap_err().kind(),
+        ManagedLedgerErrorKind::Closed
+    );
 
     let raw = env.inner_store.get(PATH).await.unwrap().unwrap().value;
     assert_ne!(

@@ -1,7 +1,8 @@
 //! Schema storage over the in-memory BookKeeper and metadata store: golden
-//! locator bytes without hooks, stamping in the locator write (I1), routing of
-//! reads and deletes through `resolve` (I4, I15), CAS conflicts and orphan
-//! cleanup, hook failures, bad input and deduplication.
+//! locator bytes without hooks, stamping in the locator write
+//! (docs/INVARIANTS.md I1), routing of reads and deletes through `resolve`
+//! (docs/INVARIANTS.md I4, I15), CAS conflicts and orphan cleanup, hook
+//! failures, bad input and deduplication.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -419,7 +420,8 @@ async fn stamping_provider_stamps_every_locator_write_in_that_write() {
     for (write, cluster_name) in writes.iter().zip(active_at_write) {
         let locator = decode_locator(&write.value);
         let info = &locator.info;
-        // The new entry is stamped in the very write that records its ledger (I1).
+        // The new entry is stamped in the very write that records its ledger
+        // (docs/INVARIANTS.md I1).
         assert_eq!(info.position.cluster_stamp().unwrap(), Some(cluster_name));
         assert_eq!(
             info.position.properties,

@@ -133,8 +133,9 @@ pub enum SchemaStorageError {
         ledger_id: LedgerId,
         /// The cluster it was created on.
         cluster: String,
-        /// Why the cleanup failed.
-        cleanup_error: String,
+        /// Why the cleanup failed (the client's error, typed: it names the
+        /// cluster and says whether retrying can help).
+        cleanup_error: Box<BkError>,
         /// The failure that made the ledger an orphan.
         #[source]
         cause: Box<SchemaStorageError>,

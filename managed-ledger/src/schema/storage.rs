@@ -7,13 +7,14 @@ use bkswitch_bk_client::{
     BkError, BookKeeper, BookKeeperExt, LedgerConfig, LedgerId, ReadHandleExt,
 };
 use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
-use bkswitch_proto::schema::{IndexEntry, KeyValue, PositionInfo, SchemaEntry, SchemaLocator};
+use bkswitch_proto::schema::{IndexEntry, PositionInfo, SchemaEntry, SchemaLocator};
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_schema_spi::SchemaClientProvider;
 use bytes::Bytes;
 
 use super::error::{Result, SchemaStorageError};
 use super::{locator_path, SchemaStorageOptions, SchemaVersion, StoredSchema};
+use crate::props::merge_properties;
 
 /// Custom metadata Pulsar records on every schema ledger
 /// (`LedgerMetadataUtils.buildMetadataForSchema`).
@@ -70,9 +71,10 @@ impl SchemaStorage {
     /// data is written as entry 0 of a new ledger created on the provider's
     /// `active()` client, the ledger is closed, and the locator is
     /// compare-and-set with the new `IndexEntry`, whose `PositionInfo` carries the
-    /// provider's `creation_properties` for that client (I1). A lost
-    /// compare-and-set deletes the new ledger through `resolve` (I15) and starts
-    /// again from a fresh read, at most
+    /// provider's `creation_properties` for that client
+    /// ([I1](bkswitch_docs::invariants::I1)). A lost compare-and-set deletes the
+    /// new ledger through `resolve` ([I15](bkswitch_docs::invariants::I15)) and
+    /// starts again from a fresh read, at most
     /// [`max_attempts`](SchemaStorageOptions::max_attempts) times.
     ///
     /// # Errors
@@ -125,7 +127,8 @@ impl SchemaStorage {
     /// Reads version `version` of schema `schema_id`.
     ///
     /// The ledger is opened on the client the provider's `resolve` names for the
-    /// version's `PositionInfo`, consulted once for this open (I4, I15).
+    /// version's `PositionInfo`, consulted once for this open
+    /// ([I4](bkswitch_docs::invariants::I4), [I15](bkswitch_docs::invariants::I15)).
     ///
     /// # Errors
     ///
@@ -250,8 +253,9 @@ impl SchemaStorage {
     }
 
     /// The current locator of schema `schema_id` and its metadata-store version
-    /// (for a compare-and-set by the caller, e.g. a stamp-only PROMOTE, I10);
-    /// `None` when no schema is stored under the id.
+    /// (for a compare-and-set by the caller, e.g. a stamp-only PROMOTE,
+    /// [I10](bkswitch_docs::invariants::I10)); `None` when no schema is stored
+    /// under the id.
     ///
     /// # Errors
     ///
@@ -416,7 +420,8 @@ impl SchemaStorage {
         {
             Ok(_) => Ok(Attempt::Done(SchemaVersion(next_version))),
             Err(source) if source.is_conflict() => {
-                // The ledger is an orphan: no locator will ever reference it (I15).
+                // The ledger is an orphan: no locator will ever reference it
+                // (docs/INVARIANTS.md I15).
                 match self.delete_orphan(schema_id, &client, &position).await {
                     Ok(()) => Ok(Attempt::Conflict),
                     Err(cleanup) => Err(leaked_or(
@@ -471,9 +476,9 @@ impl SchemaStorage {
     }
 
     /// Deletes a ledger this storage created but did not record, through
-    /// `resolve` (I15). The creating client is used instead when `resolve` fails
-    /// or names another cluster: deleting that id on another cluster could
-    /// destroy an unrelated ledger.
+    /// `resolve` ([I15](bkswitch_docs::invariants::I15)). The creating client is
+    /// used instead when `resolve` fails or names another cluster: deleting that
+    /// id on another cluster could destroy an unrelated ledger.
     async fn delete_orphan(
         &self,
         schema_id: &str,
@@ -598,17 +603,6 @@ impl SchemaStorage {
     }
 }
 
-/// Merges provider properties into `PositionInfo.properties`: a key already
-/// present is replaced in place, others are appended in the order given.
-fn merge_properties(target: &mut Vec<KeyValue>, properties: Vec<(String, String)>) {
-    for (key, value) in properties {
-        match target.iter_mut().find(|kv| kv.key == key) {
-            Some(existing) => existing.value = value,
-            None => target.push(KeyValue { key, value }),
-        }
-    }
-}
-
 fn bk_error(schema_id: &str, operation: String, source: BkError) -> SchemaStorageError {
     SchemaStorageError::BookKeeper {
         schema_id: schema_id.to_owned(),
@@ -640,7 +634,7 @@ fn leaked_or(
             schema_id: schema_id.to_owned(),
             ledger_id,
             cluster: client.cluster_name().to_owned(),
-            cleanup_error: e.to_string(),
+            cleanup_error: Box::new(e),
             cause: Box::new(cause),
         },
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, MemoryCluster};
-use bkswitch_managed_ledger::testing::{
+use bkswitch_managed_ledger::testkit::{
     CountingResolver, ManualClock, RecordingStore, StampingProvider, SwitchableSupplier,
 };
 use bkswitch_managed_ledger::ManagedLedgerFactory;

@@ -12,6 +12,7 @@
 //! - [`ManualClock`]: a settable clock.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -173,8 +174,48 @@ impl RecordingStore {
         }
     }
 
-    fn record(&self, record: WriteRecord) {
-        self.writes.lock().push(record);
+    /// Runs one write: numbers it, fails it when a fault is injected for it
+    /// (without calling the inner store), and records what happened.
+    async fn recorded<T, F>(
+        &self,
+        op: WriteOp,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+        version_of: fn(&T) -> i64,
+        run: impl FnOnce() -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let (result, injected) = match self.injected(seq, path) {
+            Some(f) => {
+                let e = Self::error(op.operation(), path, f, expected_number(expected));
+                (Err(e), true)
+            }
+            None => (run().await, false),
+        };
+        self.writes.lock().push(WriteRecord {
+            seq,
+            path: path.to_owned(),
+            op,
+            value: value.to_vec(),
+            expected,
+            result: result.as_ref().map(version_of).map_err(|e| e.to_string()),
+            injected,
+        });
+        result
+    }
+}
+
+impl WriteOp {
+    fn operation(self) -> Operation {
+        match self {
+            WriteOp::Put => Operation::Put,
+            WriteOp::Create => Operation::Create,
+            WriteOp::Delete => Operation::Delete,
+        }
     }
 }
 
@@ -194,94 +235,40 @@ impl MetadataStore for RecordingStore {
     }
 
     async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(f) = self.injected(seq, path) {
-            let e = Self::error(Operation::Put, path, f, expected_number(expected));
-            self.record(WriteRecord {
-                seq,
-                path: path.to_owned(),
-                op: WriteOp::Put,
-                value: value.to_vec(),
-                expected,
-                result: Err(e.to_string()),
-                injected: true,
-            });
-            return Err(e);
-        }
-        let r = self.inner.put(path, value, expected).await;
-        let rec = r.as_ref().map(|s| s.version).map_err(|e| e.to_string());
-        self.record(WriteRecord {
-            seq,
-            path: path.to_owned(),
-            op: WriteOp::Put,
-            value: value.to_vec(),
+        self.recorded(
+            WriteOp::Put,
+            path,
+            value,
             expected,
-            result: rec,
-            injected: false,
-        });
-        r
+            |s: &Stat| s.version,
+            || self.inner.put(path, value, expected),
+        )
+        .await
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let expected = ExpectedVersion::NotExists;
-        if let Some(f) = self.injected(seq, path) {
-            let e = Self::error(Operation::Create, path, f, -1);
-            self.record(WriteRecord {
-                seq,
-                path: path.to_owned(),
-                op: WriteOp::Create,
-                value: value.to_vec(),
-                expected,
-                result: Err(e.to_string()),
-                injected: true,
-            });
-            return Err(e);
-        }
-        let r = self.inner.create(path, value, mode).await;
-        let rec = r
-            .as_ref()
-            .map(|(_, s)| s.version)
-            .map_err(|e| e.to_string());
-        self.record(WriteRecord {
-            seq,
-            path: path.to_owned(),
-            op: WriteOp::Create,
-            value: value.to_vec(),
+        self.recorded(
+            WriteOp::Create,
+            path,
+            value,
             expected,
-            result: rec,
-            injected: false,
-        });
-        r
+            |(_, s): &(String, Stat)| s.version,
+            || self.inner.create(path, value, mode),
+        )
+        .await
     }
 
     async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Some(f) = self.injected(seq, path) {
-            let e = Self::error(Operation::Delete, path, f, expected_number(expected));
-            self.record(WriteRecord {
-                seq,
-                path: path.to_owned(),
-                op: WriteOp::Delete,
-                value: Vec::new(),
-                expected,
-                result: Err(e.to_string()),
-                injected: true,
-            });
-            return Err(e);
-        }
-        let r = self.inner.delete(path, expected).await;
-        let rec = r.as_ref().map(|_| -1).map_err(|e| e.to_string());
-        self.record(WriteRecord {
-            seq,
-            path: path.to_owned(),
-            op: WriteOp::Delete,
-            value: Vec::new(),
+        self.recorded(
+            WriteOp::Delete,
+            path,
+            &[],
             expected,
-            result: rec,
-            injected: false,
-        });
-        r
+            |_| -1,
+            || self.inner.delete(path, expected),
+        )
+        .await
     }
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {

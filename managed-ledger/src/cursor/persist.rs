@@ -1,0 +1,257 @@
+//! Persisting a cursor: positions appended to its cursor ledger, rollover onto
+//! a new cursor ledger created through S1 and recorded with its S4 properties
+//! in one compare-and-set ([I1](bkswitch_docs::invariants::I1)), the
+//! compare-and-set itself, and closing and deleting the cursor.
+
+use bkswitch_metadata_store::{ErrorKind, ExpectedVersion};
+use bkswitch_mledger_spi::LedgerPurpose;
+use bkswitch_proto::codec::decode_managed_cursor_info;
+use bkswitch_proto::ml::{ManagedCursorInfo, PositionInfo};
+use bkswitch_proto::{Message, Stamped};
+
+use super::state::{CursorInner, CursorLedger, CursorMeta};
+use crate::error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
+use crate::props::merge_properties;
+
+impl CursorInner {
+    /// Persists `pi`: appended to the cursor ledger, or written to a new cursor
+    /// ledger (rollover) recorded in one CAS with its S4 properties.
+    pub(super) async fn persist(&self, meta: &mut CursorMeta, pi: PositionInfo) -> Result<()> {
+        let cfg = &self.ctx.config;
+        if let Some(l) = meta.ledger.as_mut() {
+            let age = self.ctx.now().saturating_sub(l.created_ms).max(0) as u128;
+            if l.entries < cfg.cursor_max_entries_per_ledger
+                && age < cfg.cursor_ledger_rollover_time.as_millis()
+            {
+                match l.handle.add_entry(pi.encode_to_vec().into()).await {
+                    Ok(_) => {
+                        l.entries += 1;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(managed_ledger = %self.ctx.name, cursor = %self.name,
+                            ledger_id = l.id, error = %e,
+                            "cursor ledger append failed; switching to a new cursor ledger");
+                    }
+                }
+            }
+        }
+        self.roll(meta, pi).await
+    }
+
+    /// Rolls onto a new cursor ledger now (see
+    /// [`ManagedCursor::roll_cursor_ledger`](super::ManagedCursor::roll_cursor_ledger)).
+    pub(super) async fn force_roll(&self) -> Result<()> {
+        let mut meta = self.meta.lock().await;
+        self.check_open(&meta)?;
+        let pi = self.pos.lock().position_info();
+        self.roll(&mut meta, pi).await
+    }
+
+    /// Writes `pi` as entry 0 of a new cursor ledger, records that ledger in
+    /// one compare-and-set, then deletes the previous cursor ledger through
+    /// the cursor resolver ([I15](bkswitch_docs::invariants::I15)).
+    pub(super) async fn roll(&self, meta: &mut CursorMeta, pi: PositionInfo) -> Result<()> {
+        let ctx = &self.ctx;
+        let what = || format!("cursor '{}' of managed ledger '{}'", self.name, ctx.name);
+        let (client, handle) = ctx
+            .create_ledger(&ctx.config.cursor_ledger_config(), &what())
+            .await?;
+        let id = handle.id();
+        let props = ctx
+            .properties_or_discard(
+                LedgerPurpose::Cursor { cursor: &self.name },
+                handle.as_ref(),
+                client.as_ref(),
+            )
+            .await?;
+        let build = |base: &ManagedCursorInfo| {
+            let mut info = base.clone();
+            info.cursors_ledger_id = id;
+            info.mark_delete_ledger_id = Some(pi.ledger_id);
+            info.mark_delete_entry_id = Some(pi.entry_id);
+            info.individual_deleted_messages = pi.individual_deleted_messages.clone();
+            merge_properties(&mut info.cursor_properties, props.clone());
+            info
+        };
+        let mut info = build(&meta.info);
+        let result = match handle.add_entry(pi.encode_to_vec().into()).await {
+            Err(e) => Err(ManagedLedgerError::client(
+                format!("writing the position of {} to cursor ledger {id}", what()),
+                e,
+            )),
+            Ok(_) => match self.encode(&info) {
+                Ok(bytes) => match self.cas(&bytes, meta.version, true).await {
+                    // A coordinator promoted this cursor's ledger (changing
+                    // only its stamp) while no node owned the topic, just
+                    // before this owner loaded it: adopt that write and go on
+                    // rather than giving the topic up.
+                    Err(e)
+                        if e.kind() == ManagedLedgerErrorKind::Fenced
+                            && self.adopt_stamp_only_change(meta).await =>
+                    {
+                        info = build(&meta.info);
+                        match self.encode(&info) {
+                            Ok(bytes) => self.cas(&bytes, meta.version, true).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    other => other,
+                },
+                Err(e) => Err(e),
+            },
+        };
+        let new_version = match result {
+            Ok(v) => v,
+            Err(e) => {
+                ctx.discard_unrecorded(handle.as_ref(), client.as_ref(), || {
+                    ctx.resolve_cursor(&self.name, &info)
+                })
+                .await;
+                return Err(e);
+            }
+        };
+        let old_info = std::mem::replace(&mut meta.info, info);
+        meta.version = new_version;
+        let old = meta.ledger.replace(CursorLedger {
+            handle,
+            id,
+            created_ms: ctx.now(),
+            entries: 1,
+        });
+        self.pos.lock().cursors_ledger_id = id;
+        if let Some(old) = old {
+            let _ = old.handle.close().await;
+        }
+        if old_info.cursors_ledger_id >= 0 {
+            if let Err(e) = ctx.delete_cursor_ledger(&self.name, &old_info).await {
+                tracing::warn!(managed_ledger = %ctx.name, cursor = %self.name,
+                    ledger_id = old_info.cursors_ledger_id, error = %e,
+                    why = "after cursor-ledger rollover",
+                    "cursor ledger could not be deleted; it is orphaned");
+            }
+        }
+        tracing::info!(managed_ledger = %ctx.name, cursor = %self.name,
+            old_ledger = old_info.cursors_ledger_id, new_ledger = id, "cursor ledger rolled over");
+        Ok(())
+    }
+
+    /// After a lost compare-and-set: when the stored metadata differs from
+    /// ours only in the cluster stamp (a promotion written by a coordinator),
+    /// takes the stored metadata and version as ours and answers true.
+    async fn adopt_stamp_only_change(&self, meta: &mut CursorMeta) -> bool {
+        let Ok(Some(r)) = self.ctx.store.get(&self.path).await else {
+            return false;
+        };
+        let Ok(stored) = decode_managed_cursor_info(&r.value) else {
+            return false;
+        };
+        let without_stamp = |info: &ManagedCursorInfo| {
+            let mut i = info.clone();
+            i.cursor_properties
+                .retain(|p| p.name != bkswitch_proto::ATTR_KEY);
+            i
+        };
+        let stamp_changed = stored.cluster_stamp().ok() != meta.info.cluster_stamp().ok();
+        if !stamp_changed
+            || r.stat.version == meta.version
+            || without_stamp(&stored) != without_stamp(&meta.info)
+        {
+            return false;
+        }
+        tracing::info!(managed_ledger = %self.ctx.name, cursor = %self.name,
+            stamp = ?stored.cluster_stamp().ok().flatten(),
+            "cursor metadata was promoted concurrently; adopting the new stamp");
+        meta.info = stored;
+        meta.version = r.stat.version;
+        true
+    }
+
+    /// Writes encoded cursor metadata with a compare-and-set on `version`
+    /// ([I3](bkswitch_docs::invariants::I3)). A conflict is
+    /// [`ManagedLedgerError::Fenced`] for the owner's own writes
+    /// (`fence_on_conflict`), [`ManagedLedgerError::MetadataConflict`]
+    /// otherwise.
+    pub(super) async fn cas(
+        &self,
+        bytes: &[u8],
+        version: i64,
+        fence_on_conflict: bool,
+    ) -> Result<i64> {
+        let ctx = &self.ctx;
+        match ctx.cas(&self.path, bytes, version).await {
+            Ok(version) => Ok(version),
+            Err(e) if e.is_conflict() => {
+                if fence_on_conflict {
+                    tracing::warn!(managed_ledger = %ctx.name, cursor = %self.name,
+                        "cursor metadata changed under this owner: fenced");
+                    Err(ManagedLedgerError::fenced_by(
+                        &ctx.name,
+                        format!(
+                            "the metadata of cursor '{}' moved past version {version} ({e})",
+                            self.name
+                        ),
+                        FenceCause::Metadata(e),
+                    ))
+                } else {
+                    Err(ManagedLedgerError::MetadataConflict {
+                        what: format!("cursor '{}' of managed ledger '{}'", self.name, ctx.name),
+                        path: self.path.clone(),
+                        source: e,
+                    })
+                }
+            }
+            Err(e) => Err(ManagedLedgerError::metadata(
+                format!(
+                    "updating cursor '{}' of managed ledger '{}'",
+                    self.name, ctx.name
+                ),
+                e,
+            )),
+        }
+    }
+
+    /// Closes the cursor's ledger handle; the cursor stays recorded.
+    pub(crate) async fn close(&self) {
+        let mut meta = self.meta.lock().await;
+        if let Some(l) = meta.ledger.take() {
+            let _ = l.handle.close().await;
+        }
+        meta.closed = true;
+    }
+
+    /// Deletes the cursor ledger (through the cursor resolver) and the
+    /// cursor's metadata.
+    pub(crate) async fn delete(&self) -> Result<()> {
+        let mut meta = self.meta.lock().await;
+        if let Some(l) = meta.ledger.take() {
+            let _ = l.handle.close().await;
+        }
+        if meta.info.cursors_ledger_id >= 0 {
+            self.ctx
+                .delete_cursor_ledger(&self.name, &meta.info)
+                .await?;
+        }
+        match self
+            .ctx
+            .store
+            .delete(&self.path, ExpectedVersion::Exactly(meta.version))
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ManagedLedgerError::metadata(
+                    format!(
+                        "deleting cursor '{}' of managed ledger '{}'",
+                        self.name, self.ctx.name
+                    ),
+                    e,
+                ))
+            }
+        }
+        meta.closed = true;
+        tracing::info!(managed_ledger = %self.ctx.name, cursor = %self.name, "cursor deleted");
+        Ok(())
+    }
+}
