@@ -1,23 +1,16 @@
-//! A typed HTTP client of the bookie-clusters REST API (see `API.md` next to
-//! this crate's manifest).
+//! The typed HTTP client of the bookie-clusters REST API: [`AdminClient`] and
+//! its [`ClientError`]. The bodies it sends and reads are the [`wire`](crate::wire)
+//! types, the same the server uses.
 //!
 //! [`AdminClient`] speaks plain HTTP/1.1 to a broker's admin port (loopback or
 //! a trusted network; no TLS) and appends the base path
 //! [`BASE_PATH`] to the URL it is given. Every request carries
 //! `Authorization: Bearer <token>` and is bounded by a timeout.
-//!
-//! The request and answer bodies are public so the server deserializes exactly
-//! what the client serializes: request structs reject unknown fields, as the
-//! API requires. Answers whose shape is fixed are typed ([`ClusterRecord`],
-//! [`PrecheckResult`], [`CleanupTargets`], …); the orchestrator's progress
-//! records ([`SwitchStatus`], [`NodeStatus`], [`CleanupReport`]) wrap the JSON
-//! and read it through accessors that tolerate missing fields.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use bkswitch_bk_router::ReadMode;
-use bkswitch_registry::{ClusterRecord, ClusterStatus, PrecheckResult};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
@@ -26,14 +19,20 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
-/// The path every endpoint lives under.
-pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";
+use crate::wire::{
+    CleanupReport, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody, NodeStatus,
+    PrecheckResult, PromoteCursorRequest, PromoteCursorResponse, ReadMode, ReadModeRequest,
+    ReadModeResponse, RegisterRequest, RollbackRequest, SwitchRequest, BASE_PATH,
+};
 
-/// How long a request (connect, send, whole answer) may take by default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+// The old paths of two wire types, still used by bkswitch-hardening.
+#[doc(hidden)]
+pub use crate::wire::{CleanupRequest, SwitchStatus};
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// The most characters of an unexpected answer quoted in an error message.
 const MAX_QUOTED_BODY: usize = 200;
@@ -84,8 +83,10 @@ pub enum ClientError {
     Connect {
         /// The URL of the request.
         url: String,
-        /// What the transport reported.
+        /// What the transport reported (the whole chain of `source`).
         reason: String,
+        /// The transport's error.
+        source: BoxError,
     },
     /// No complete answer within the timeout.
     #[error("the admin API at {url} did not answer within {after:?}; the broker may be overloaded, retry later")]
@@ -102,6 +103,8 @@ pub enum ClientError {
         url: String,
         /// What was wrong with it.
         reason: String,
+        /// The decoding error, when the body did not decode.
+        source: Option<BoxError>,
     },
     /// The base URL given to [`AdminClient::new`] cannot be used.
     #[error("invalid admin API URL '{url}': {reason}")]
@@ -110,6 +113,8 @@ pub enum ClientError {
         url: String,
         /// Why it was refused.
         reason: String,
+        /// The parser's error, when the URL (or the token) did not parse.
+        source: Option<BoxError>,
     },
 }
 
@@ -132,486 +137,6 @@ impl ClientError {
             ClientError::Connect { .. } | ClientError::Timeout { .. } => true,
             _ => false,
         }
-    }
-}
-
-/// The error body every failed request answers with (the server's
-/// [`ErrorBody`](crate::error::ErrorBody)).
-pub use crate::error::ErrorBody as ApiErrorBody;
-
-/// Body of `POST /{name}`: register a cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegisterRequest {
-    /// The cluster's BookKeeper metadata-service URI.
-    pub metadata_service_uri: String,
-    /// The status to register with; `None` → `STANDBY`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<ClusterStatus>,
-}
-
-/// Body of `POST /switch`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SwitchRequest {
-    /// The cluster to switch to.
-    pub target: String,
-}
-
-/// Body of `POST /read-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReadModeRequest {
-    /// `DUAL_READ`, `NEW_CLUSTER_ONLY` or `OLD_CLUSTER_ONLY`.
-    #[serde(with = "read_mode_serde")]
-    pub mode: ReadMode,
-}
-
-/// Answer of `POST /read-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadModeResponse {
-    /// The read mode now in force.
-    #[serde(with = "read_mode_serde")]
-    pub read_mode: ReadMode,
-}
-
-/// Body of `POST /cleanup`; every field is optional on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct CleanupRequest {
-    /// Only report what would be deleted (default `true`).
-    pub dry_run: bool,
-    /// Only delete ledgers on this cluster (`None`: every old cluster).
-    pub src_cluster_filter: Option<String>,
-    /// Delete at most this many ledgers; `0` = no limit.
-    pub max_deletions: u64,
-    /// Delete even inside the rollback window (which ends the window).
-    pub force: bool,
-}
-
-impl Default for CleanupRequest {
-    /// A dry run over every old cluster, no limit, no force.
-    fn default() -> Self {
-        CleanupRequest {
-            dry_run: true,
-            src_cluster_filter: None,
-            max_deletions: 0,
-            force: false,
-        }
-    }
-}
-
-/// Body of `POST /rollback` (`{}`; the body itself is optional).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RollbackRequest {}
-
-/// Body of `POST /internal/promote-cursor`: the coordinator asks the topic's
-/// owner to promote a copied cursor ledger (invariants I9, I13).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PromoteCursorRequest {
-    /// The topic (managed ledger name) owning the cursor.
-    pub topic: String,
-    /// The cursor's name.
-    pub cursor_name: String,
-    /// The cluster the cursor ledger was copied to.
-    pub target_cluster_name: String,
-    /// The cursor ledger the coordinator copied.
-    pub expected_cursors_ledger_id: i64,
-    /// The last entry id of the copy.
-    pub copied_last_entry_id: i64,
-}
-
-/// What the owner did with a cursor PROMOTE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum PromoteOutcome {
-    /// The stamp now names the target; the ledger id is unchanged.
-    Promoted,
-    /// The stamp already named the target; nothing was written.
-    AlreadyOnTarget,
-    /// The cursor was ahead of the copy and rolled over onto a new ledger on
-    /// the target (`newLedgerId`); the copy is unreferenced.
-    RolledOver,
-}
-
-/// Answer of `POST /internal/promote-cursor`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PromoteCursorResponse {
-    /// What the owner did.
-    pub outcome: PromoteOutcome,
-    /// The new cursor ledger, for [`PromoteOutcome::RolledOver`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub new_ledger_id: Option<i64>,
-}
-
-/// A ledger on an old cluster that cleanup may delete.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CleanupTarget {
-    /// The cluster holding the old copy.
-    pub cluster: String,
-    /// The ledger id (the same on both clusters).
-    pub ledger_id: i64,
-    /// `schema` or `cursor`.
-    pub kind: String,
-    /// The metadata path referencing the ledger.
-    #[serde(default)]
-    pub path: String,
-}
-
-/// Answer of `GET /cleanup-targets`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CleanupTargets {
-    /// The switch the targets were left behind by.
-    pub switch_id: String,
-    /// The ledgers eligible for deletion.
-    pub targets: Vec<CleanupTarget>,
-}
-
-/// The per-phase counters of a switch; a missing counter reads as 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SwitchCounts {
-    /// Ledgers to copy.
-    pub to_build: u64,
-    /// Ledgers copied.
-    pub built: u64,
-    /// Ledgers that failed.
-    pub failed: u64,
-    /// Copies whose stamp was flipped.
-    pub promoted: u64,
-    /// Cursors that rolled over instead of being promoted.
-    pub rollover_fallback: u64,
-    /// Old copies deleted by cleanup.
-    pub deleted: u64,
-}
-
-/// One failure recorded by a switch.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SwitchFailure {
-    /// What failed (`schema`, `cursor`, …).
-    pub kind: Option<String>,
-    /// The ledger concerned.
-    pub ledger_id: Option<i64>,
-    /// The metadata path concerned.
-    pub path: Option<String>,
-    /// Why.
-    pub reason: Option<String>,
-}
-
-/// The phase of a switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SwitchPhase {
-    /// Copying ledgers to the target.
-    Build,
-    /// Flipping stamps to the target.
-    Promote,
-    /// New ledgers go to the target; rollback is possible within the window.
-    Switched,
-    /// Deleting the old copies.
-    Cleanup,
-    /// Finished.
-    Done,
-    /// Finished, some ledgers failed (see the failures).
-    DoneWithFailures,
-    /// Flipping stamps back to the source.
-    RollingBack,
-    /// Back on the source.
-    RolledBack,
-}
-
-impl SwitchPhase {
-    /// The wire name (`BUILD`, `DONE_WITH_FAILURES`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SwitchPhase::Build => "BUILD",
-            SwitchPhase::Promote => "PROMOTE",
-            SwitchPhase::Switched => "SWITCHED",
-            SwitchPhase::Cleanup => "CLEANUP",
-            SwitchPhase::Done => "DONE",
-            SwitchPhase::DoneWithFailures => "DONE_WITH_FAILURES",
-            SwitchPhase::RollingBack => "ROLLING_BACK",
-            SwitchPhase::RolledBack => "ROLLED_BACK",
-        }
-    }
-
-    /// Parses a wire name; `None` for an unknown phase.
-    pub fn parse(s: &str) -> Option<SwitchPhase> {
-        [
-            SwitchPhase::Build,
-            SwitchPhase::Promote,
-            SwitchPhase::Switched,
-            SwitchPhase::Cleanup,
-            SwitchPhase::Done,
-            SwitchPhase::DoneWithFailures,
-            SwitchPhase::RollingBack,
-            SwitchPhase::RolledBack,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
-    }
-
-    /// Whether a switch in this phase needs no more watching: traffic has
-    /// moved (`SWITCHED`) or the switch has ended.
-    pub fn is_settled(self) -> bool {
-        matches!(
-            self,
-            SwitchPhase::Switched
-                | SwitchPhase::Done
-                | SwitchPhase::DoneWithFailures
-                | SwitchPhase::RolledBack
-        )
-    }
-}
-
-impl fmt::Display for SwitchPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
-fn i64_field(v: &Value, key: &str) -> Option<i64> {
-    v.get(key).and_then(Value::as_i64)
-}
-
-fn u64_field(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// A switch's progress record (`SwitchStatus` of the API), read tolerantly.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SwitchStatus(pub Value);
-
-impl SwitchStatus {
-    /// The JSON as the server sent it.
-    pub fn raw(&self) -> &Value {
-        &self.0
-    }
-
-    /// The switch id.
-    pub fn switch_id(&self) -> Option<&str> {
-        str_field(&self.0, "switchId")
-    }
-
-    /// The directive epoch the switch runs under.
-    pub fn epoch(&self) -> Option<i64> {
-        i64_field(&self.0, "epoch")
-    }
-
-    /// The cluster ledgers are copied from.
-    pub fn source(&self) -> Option<&str> {
-        str_field(&self.0, "source")
-    }
-
-    /// The cluster ledgers are copied to.
-    pub fn target(&self) -> Option<&str> {
-        str_field(&self.0, "target")
-    }
-
-    /// The phase name as sent (also for phases this client does not know).
-    pub fn phase_name(&self) -> Option<&str> {
-        str_field(&self.0, "phase")
-    }
-
-    /// The phase, if it is one this client knows.
-    pub fn phase(&self) -> Option<SwitchPhase> {
-        self.phase_name().and_then(SwitchPhase::parse)
-    }
-
-    /// The counters; missing ones read as 0.
-    pub fn counts(&self) -> SwitchCounts {
-        let c = self.0.get("counts").unwrap_or(&Value::Null);
-        SwitchCounts {
-            to_build: u64_field(c, "toBuild"),
-            built: u64_field(c, "built"),
-            failed: u64_field(c, "failed"),
-            promoted: u64_field(c, "promoted"),
-            rollover_fallback: u64_field(c, "rolloverFallback"),
-            deleted: u64_field(c, "deleted"),
-        }
-    }
-
-    /// When the switch was created (as sent: milliseconds since the Unix epoch).
-    pub fn created_at(&self) -> Option<&Value> {
-        self.0.get("createdAt").filter(|v| !v.is_null())
-    }
-
-    /// When the record last changed.
-    pub fn updated_at(&self) -> Option<&Value> {
-        self.0.get("updatedAt").filter(|v| !v.is_null())
-    }
-
-    /// Until when a rollback is possible.
-    pub fn rollback_deadline(&self) -> Option<&Value> {
-        self.0.get("rollbackDeadline").filter(|v| !v.is_null())
-    }
-
-    /// The recorded failures.
-    pub fn failures(&self) -> Vec<SwitchFailure> {
-        self.0
-            .get("failures")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|f| SwitchFailure {
-                        kind: str_field(f, "kind").map(str::to_owned),
-                        ledger_id: i64_field(f, "ledgerId"),
-                        path: str_field(f, "path").map(str::to_owned),
-                        reason: str_field(f, "reason").map(str::to_owned),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// One node's view (`NodeStatus` of the API), read tolerantly.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct NodeStatus(pub Value);
-
-impl NodeStatus {
-    /// The JSON as the server sent it.
-    pub fn raw(&self) -> &Value {
-        &self.0
-    }
-
-    /// The node answering.
-    pub fn node_id(&self) -> Option<&str> {
-        str_field(&self.0, "nodeId")
-    }
-
-    /// The cluster new ledgers are created on.
-    pub fn active_cluster(&self) -> Option<&str> {
-        str_field(&self.0, "activeCluster")
-    }
-
-    /// The legacy fallback cluster (I17).
-    pub fn bootstrap_cluster(&self) -> Option<&str> {
-        str_field(&self.0, "bootstrapCluster")
-    }
-
-    /// The read mode in force, as sent.
-    pub fn read_mode(&self) -> Option<&str> {
-        str_field(&self.0, "readMode")
-    }
-
-    /// The epoch of the directive this node applied.
-    pub fn epoch(&self) -> Option<i64> {
-        i64_field(&self.0, "epoch")
-    }
-
-    /// The switch directive (`{"target","origin","epoch","ts"}`), if any.
-    pub fn directive(&self) -> Option<&Value> {
-        self.0.get("directive").filter(|v| v.is_object())
-    }
-
-    /// The switch this node knows of, if any.
-    pub fn switch(&self) -> Option<SwitchStatus> {
-        self.0
-            .get("switch")
-            .filter(|v| v.is_object())
-            .cloned()
-            .map(SwitchStatus)
-    }
-}
-
-/// One ledger cleanup failed to delete.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CleanupFailure {
-    /// The ledger.
-    pub ledger_id: Option<i64>,
-    /// Why.
-    pub reason: Option<String>,
-}
-
-/// The answer of `POST /cleanup` (`CleanupReport` of the API), read tolerantly.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct CleanupReport(pub Value);
-
-impl CleanupReport {
-    /// The JSON as the server sent it.
-    pub fn raw(&self) -> &Value {
-        &self.0
-    }
-
-    /// Whether nothing was deleted on purpose.
-    pub fn dry_run(&self) -> Option<bool> {
-        self.0.get("dryRun").and_then(Value::as_bool)
-    }
-
-    /// The switch cleaned up after.
-    pub fn switch_id(&self) -> Option<&str> {
-        str_field(&self.0, "switchId")
-    }
-
-    /// The ledgers considered; entries of an unexpected shape are skipped.
-    pub fn targets(&self) -> Vec<CleanupTarget> {
-        self.0
-            .get("targets")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| serde_json::from_value(t.clone()).ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// How many ledgers were deleted.
-    pub fn deleted(&self) -> u64 {
-        u64_field(&self.0, "deleted")
-    }
-
-    /// The deletions that failed.
-    pub fn failed(&self) -> Vec<CleanupFailure> {
-        self.0
-            .get("failed")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .map(|f| CleanupFailure {
-                        ledger_id: i64_field(f, "ledgerId"),
-                        reason: str_field(f, "reason").map(str::to_owned),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// `DRY_RUN`, `IN_PROGRESS`, `DONE` or `DONE_WITH_FAILURES`.
-    pub fn outcome(&self) -> Option<&str> {
-        str_field(&self.0, "outcome")
-    }
-}
-
-/// Serde of [`ReadMode`] by its operator-facing name.
-mod read_mode_serde {
-    use bkswitch_bk_router::ReadMode;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(mode: &ReadMode, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(mode.as_str())
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ReadMode, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(|_| {
-            serde::de::Error::custom(format!(
-                "unknown read mode '{s}'; expected DUAL_READ, NEW_CLUSTER_ONLY or OLD_CLUSTER_ONLY"
-            ))
-        })
     }
 }
 
@@ -663,9 +188,12 @@ impl fmt::Debug for AdminClient {
 }
 
 impl AdminClient {
+    /// How long a request (connect, send, whole answer) may take by default.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
     /// A client of the API at `base_url` (`http://host:port`, optionally with a
     /// path prefix) sending `token` as bearer token (an empty token sends no
-    /// `Authorization` header), with [`DEFAULT_TIMEOUT`].
+    /// `Authorization` header), with [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT).
     ///
     /// # Errors
     ///
@@ -675,10 +203,15 @@ impl AdminClient {
         let invalid = |reason: &str| ClientError::InvalidUrl {
             url: base_url.to_owned(),
             reason: reason.to_owned(),
+            source: None,
         };
         let uri: Uri = base_url
             .parse()
-            .map_err(|e: hyper::http::uri::InvalidUri| invalid(&e.to_string()))?;
+            .map_err(|e: hyper::http::uri::InvalidUri| ClientError::InvalidUrl {
+                url: base_url.to_owned(),
+                reason: e.to_string(),
+                source: Some(Box::new(e)),
+            })?;
         match uri.scheme_str() {
             Some("http") => {}
             Some(other) => {
@@ -697,13 +230,13 @@ impl AdminClient {
         let prefix = uri.path().trim_end_matches('/');
         let base = format!("http://{authority}{prefix}{BASE_PATH}");
         let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(DEFAULT_TIMEOUT));
+        connector.set_connect_timeout(Some(Self::DEFAULT_TIMEOUT));
         let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(AdminClient {
             http,
             base,
             token: token.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: Self::DEFAULT_TIMEOUT,
         })
     }
 
@@ -860,7 +393,7 @@ impl AdminClient {
     }
 
     /// `POST /close-client/{name}`: closes this node's client of an old
-    /// cluster (I5).
+    /// cluster ([I5](bkswitch_docs::invariants::I5)).
     ///
     /// # Errors
     ///
@@ -922,11 +455,13 @@ impl AdminClient {
             return Err(ClientError::InvalidResponse {
                 url,
                 reason: "204 No Content where a JSON body was expected".to_owned(),
+                source: None,
             });
         }
         serde_json::from_slice(&bytes).map_err(|e| ClientError::InvalidResponse {
             url,
             reason: format!("{e} in {}", quote_body(&bytes)),
+            source: Some(Box::new(e)),
         })
     }
 
@@ -952,18 +487,20 @@ impl AdminClient {
             format!("{}{path}", self.base)
         };
         let is_base = path == "/";
-        let invalid_url = |reason: String| ClientError::InvalidUrl {
+        let invalid_url = |reason: String, source: BoxError| ClientError::InvalidUrl {
             url: url.clone(),
             reason,
+            source: Some(source),
         };
         let mut builder = hyper::Request::builder()
             .method(method)
             .uri(&url)
             .header(ACCEPT, HeaderValue::from_static("application/json"));
         if !self.token.is_empty() {
-            let value = HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|_| {
+            let value = HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|e| {
                 invalid_url(
                     "the token contains characters not allowed in an HTTP header".to_owned(),
+                    Box::new(e),
                 )
             })?;
             builder = builder.header(AUTHORIZATION, value);
@@ -974,7 +511,7 @@ impl AdminClient {
                 .body(Full::new(b)),
             None => builder.body(Full::new(Bytes::new())),
         }
-        .map_err(|e| invalid_url(e.to_string()))?;
+        .map_err(|e| invalid_url(e.to_string(), Box::new(e)))?;
 
         let exchange = async {
             let response = self
@@ -984,6 +521,7 @@ impl AdminClient {
                 .map_err(|e| ClientError::Connect {
                     url: url.clone(),
                     reason: describe_transport_error(&e),
+                    source: Box::new(e),
                 })?;
             let status = response.status();
             let bytes = response
@@ -993,6 +531,7 @@ impl AdminClient {
                 .map_err(|e| ClientError::Connect {
                     url: url.clone(),
                     reason: format!("reading the answer failed: {e}"),
+                    source: Box::new(e),
                 })?
                 .to_bytes();
             Ok::<_, ClientError>((status, bytes))
@@ -1007,7 +546,7 @@ impl AdminClient {
         if status.is_success() {
             return Ok((url, status, bytes));
         }
-        let parsed: Option<ApiErrorBody> = serde_json::from_slice(&bytes).ok();
+        let parsed: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
         if status == StatusCode::NOT_FOUND && (is_base || parsed.is_none()) {
             // The API answers 404 only with its error body, and never on the
             // base path: a bare 404 means the routes are not there.

@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 /// Phase of the run a publish latency is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Phase {
+pub enum TrafficPhase {
     /// Before the switch directive.
     Before,
     /// From the directive until the switch reached SWITCHED.
@@ -31,12 +31,12 @@ pub enum Phase {
     After,
 }
 
-impl Phase {
-    fn from_u8(v: u8) -> Phase {
+impl TrafficPhase {
+    fn from_u8(v: u8) -> TrafficPhase {
         match v {
-            0 => Phase::Before,
-            1 => Phase::During,
-            _ => Phase::After,
+            0 => TrafficPhase::Before,
+            1 => TrafficPhase::During,
+            _ => TrafficPhase::After,
         }
     }
 }
@@ -169,7 +169,7 @@ impl Traffic {
     }
 
     /// Attributes the following publishes to `phase`.
-    pub fn set_phase(&self, phase: Phase) {
+    pub fn set_phase(&self, phase: TrafficPhase) {
         let i = phase as usize;
         self.shared.phase.store(i as u8, Ordering::Release);
         self.shared.phase_started.lock()[i] = Some(Instant::now());
@@ -286,7 +286,7 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
             }
         }
         let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-        let phase = Phase::from_u8(s.phase.load(Ordering::Acquire)) as usize;
+        let phase = TrafficPhase::from_u8(s.phase.load(Ordering::Acquire)) as usize;
         s.latencies.lock()[phase].push(micros);
         s.published.fetch_add(1, Ordering::Relaxed);
         s.last_published.lock().insert(name.clone(), seq);

@@ -12,7 +12,7 @@ use serde_json::json;
 struct Fixture {
     clusters: bkswitch_bk_client::MemoryClusters,
     store: Arc<MemoryStore>,
-    node: bkswitch_admin::node::Node,
+    node: bkswitch_admin::Node,
     url: String,
 }
 

@@ -12,11 +12,12 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use bkswitch_admin::cli::{run, write_error, Cli, CliError, EXIT_FAILURE, EXIT_NOT_INSTALLED};
-use bkswitch_admin::client::{
-    AdminClient, CleanupRequest, CleanupTargets, ClientError, PromoteCursorRequest,
-    PromoteCursorResponse, PromoteOutcome, ReadModeRequest, ReadModeResponse, RegisterRequest,
-    RollbackRequest, SwitchPhase, SwitchRequest,
+use bkswitch_admin::wire::{
+    CleanupRequest, CleanupTargets, Phase, PromoteCursorRequest, PromoteCursorResponse,
+    PromoteOutcome, ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest,
+    SwitchRequest, BASE_PATH as BASE,
 };
+use bkswitch_admin::{AdminClient, ClientError};
 use bkswitch_bk_router::ReadMode;
 use bkswitch_registry::{ClusterStatus, PrecheckResult};
 use clap::Parser;
@@ -25,7 +26,6 @@ use serde_json::{json, Value};
 
 const ADMIN_TOKEN: &str = "admin-secret";
 const INTERNAL_TOKEN: &str = "internal-secret";
-const BASE: &str = "/admin/v2/bookie-clusters";
 
 /// One request as the stub saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -1042,7 +1042,7 @@ async fn rollback_posts_empty_object() {
     );
     assert!(out.contains("phase              ROLLING_BACK\n"), "{out}");
     let status = stub.client().rollback().await.unwrap();
-    assert_eq!(status.phase(), Some(SwitchPhase::RollingBack));
+    assert_eq!(status.phase(), Some(Phase::RollingBack));
 }
 
 #[tokio::test]

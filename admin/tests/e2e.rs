@@ -8,9 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bkswitch_admin::client::AdminClient;
-use bkswitch_admin::node::Node;
-use bkswitch_admin::traffic::{TopicHandle, Traffic};
+use bkswitch_admin::{AdminClient, Node, TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_proto::codec::decode_managed_cursor_info;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_admin::demo::{render, run_demo, DemoOptions};
-use bkswitch_admin::node::{Node, NodeConfig};
-use bkswitch_admin::traffic::{TopicHandle, Traffic};
+use bkswitch_admin::wire::BASE_PATH;
+use bkswitch_admin::{Node, NodeConfig, NodeError, TopicHandle, Traffic};
 use bkswitch_bk_client::{MemoryClientFactory, MemoryClusters};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
@@ -237,7 +237,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
         }
     };
     eprintln!(
-        "node {} serving {}/admin/v2/bookie-clusters (active cluster: {})",
+        "node {} serving {}{BASE_PATH} (active cluster: {})",
         node.node_id(),
         node.url(),
         node.storage().active_cluster().unwrap_or_default()
@@ -247,7 +247,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
         let opened = async {
             let ml = node.open_topic(t).await?;
             let cursor = ml.open_cursor_at("sub", InitialPosition::Earliest).await?;
-            Ok::<_, bkswitch_admin::node::NodeError>(TopicHandle { ledger: ml, cursor })
+            Ok::<_, NodeError>(TopicHandle { ledger: ml, cursor })
         };
         match opened.await {
             Ok(h) => handles.push(h),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bkswitch_admin::node::Node;
+use bkswitch_admin::Node;
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_metadata_store::MetadataStore;
 use bytes::Bytes;
@@ -12,12 +12,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-pub use bkswitch_admin::testing::{clusters, tree, ADMIN, INTERNAL};
-
-pub const BASE: &str = "/admin/v2/bookie-clusters";
+pub use bkswitch_admin::testkit::{clusters, tree, ADMIN, INTERNAL};
+pub use bkswitch_admin::wire::BASE_PATH as BASE;
 
 pub async fn start(id: &str, store: Arc<dyn MetadataStore>, clusters: &MemoryClusters) -> Node {
-    bkswitch_admin::testing::start_node(id, store, clusters).await
+    bkswitch_admin::testkit::start_node(id, store, clusters).await
 }
 
 /// A raw request: (status, body as JSON or string).

@@ -1,37 +1,24 @@
-//! The REST error body and the mapping of every library error onto it.
+//! Error answers: [`ApiError`] (a status and the [`ErrorBody`]) and the
+//! mapping of every library error onto it.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bkswitch_bk_router::RouterError;
 use bkswitch_registry::RegistryError;
-use serde::{Deserialize, Serialize};
+use bkswitch_switch_orchestrator::{OrchestratorError, PromoteError};
 use serde_json::Value;
 
-/// The JSON body of every error answer (see `API.md`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ErrorBody {
-    /// What went wrong, naming the object, and what to do.
-    pub error: String,
-    /// `INVALID_ARGUMENT`, `UNAUTHORIZED`, `NOT_FOUND`, `CONFLICT`, `UNAVAILABLE`
-    /// or `INTERNAL`.
-    pub code: String,
-    /// The request field at fault, for 400 answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// Structured details (a failed precheck's result, open ledgers, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
-}
+use crate::node::NodeError;
+use crate::wire::ErrorBody;
 
 /// An error answer of the REST API.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub(super) struct ApiError {
     /// The HTTP status.
-    pub status: StatusCode,
+    pub(super) status: StatusCode,
     /// The body.
-    pub body: ErrorBody,
+    pub(super) body: ErrorBody,
 }
 
 impl ApiError {
@@ -48,40 +35,46 @@ impl ApiError {
     }
 
     /// 400 `INVALID_ARGUMENT`, optionally naming the field.
-    pub fn invalid(field: Option<&str>, message: impl Into<String>) -> ApiError {
+    pub(super) fn invalid(field: Option<&str>, message: impl Into<String>) -> ApiError {
         let mut e = ApiError::new(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message);
         e.body.field = field.map(str::to_owned);
         e
     }
 
     /// 401 `UNAUTHORIZED`.
-    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+    pub(super) fn unauthorized(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", message)
     }
 
     /// 404 `NOT_FOUND`.
-    pub fn not_found(message: impl Into<String>) -> ApiError {
+    pub(super) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
     /// 409 `CONFLICT`.
-    pub fn conflict(message: impl Into<String>) -> ApiError {
+    pub(super) fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "CONFLICT", message)
     }
 
     /// 503 `UNAVAILABLE`.
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
+    pub(super) fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message)
     }
 
     /// 500 `INTERNAL`.
-    pub fn internal(message: impl Into<String>) -> ApiError {
+    pub(super) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
     }
 
     /// Attaches structured details.
-    pub fn with_details(mut self, details: Value) -> ApiError {
+    pub(super) fn with_details(mut self, details: Value) -> ApiError {
         self.body.details = Some(details);
+        self
+    }
+
+    /// Names the request field at fault.
+    pub(super) fn with_field(mut self, field: &str) -> ApiError {
+        self.body.field = Some(field.to_owned());
         self
     }
 }
@@ -124,5 +117,54 @@ impl From<RouterError> for ApiError {
             RouterError::InvalidSettings(_) => ApiError::invalid(None, msg),
             _ => ApiError::conflict(msg),
         }
+    }
+}
+
+impl From<OrchestratorError> for ApiError {
+    fn from(e: OrchestratorError) -> ApiError {
+        let msg = e.to_string();
+        match e {
+            OrchestratorError::UnknownCluster { .. } | OrchestratorError::NoSuchSwitch { .. } => {
+                ApiError::not_found(msg)
+            }
+            OrchestratorError::PrecheckFailed(result) => ApiError::conflict(msg)
+                .with_details(serde_json::to_value(&*result).unwrap_or_default()),
+            OrchestratorError::Registry(r) => ApiError::from(r),
+            OrchestratorError::Metadata { ref source, .. } if source.is_retryable() => {
+                ApiError::unavailable(msg)
+            }
+            OrchestratorError::Client { .. } => ApiError::unavailable(msg),
+            OrchestratorError::Corrupt { .. } | OrchestratorError::Metadata { .. } => {
+                ApiError::internal(msg)
+            }
+            _ => ApiError::conflict(msg),
+        }
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> ApiError {
+        match e {
+            NodeError::Registry(r) => r.into(),
+            NodeError::Orchestrator(o) => o.into(),
+            NodeError::Router(r) => r.into(),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+/// An owner's refusal of a cursor promotion; the details carry the
+/// [`PromoteError`] itself, for the coordinator to read back.
+impl From<PromoteError> for ApiError {
+    fn from(e: PromoteError) -> ApiError {
+        let msg = e.to_string();
+        let details = serde_json::to_value(&e).unwrap_or_default();
+        match e {
+            PromoteError::RolledOver { .. } => ApiError::conflict(msg),
+            PromoteError::NotOwner { .. } => ApiError::not_found(msg),
+            PromoteError::Unavailable { .. } => ApiError::unavailable(msg),
+            _ => ApiError::internal(msg),
+        }
+        .with_details(details)
     }
 }

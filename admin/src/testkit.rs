@@ -1,6 +1,7 @@
 //! Helpers for tests of code built on [`Node`]: two in-memory bookie clusters,
 //! a node configuration on them, and a snapshot of the whole metadata tree
-//! (used by this crate's tests, the demo's checks and `bkswitch-hardening`).
+//! (used by this crate's tests, the demo's checks and `bkswitch-hardening`,
+//! which still reaches it under its old name `testing`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

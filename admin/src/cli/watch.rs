@@ -1,0 +1,89 @@
+//! `status --watch`: polls `GET /status` until the switch settles, showing
+//! its progress as lines, JSON documents or terminal bars.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use super::error::CliError;
+use super::render::{progress_line, write_node_status};
+use crate::client::AdminClient;
+use crate::progress::SwitchBars;
+
+/// How many consecutive retryable failures `status --watch` tolerates.
+pub const MAX_WATCH_ERRORS: u32 = 5;
+
+/// Polls `GET /status` every `interval` until the switch settles (or there is
+/// none), writing one progress line per change (one JSON document per poll
+/// with `json`, or bars on stderr with `bars`), then the final node view.
+pub(super) async fn watch_status(
+    client: &AdminClient,
+    out: &mut dyn Write,
+    interval: Duration,
+    json: bool,
+    bars: bool,
+) -> Result<(), CliError> {
+    let mut bars = bars.then(SwitchBars::stderr);
+    let mut failures = 0u32;
+    let mut last_line = String::new();
+    loop {
+        let status = match client.status().await {
+            Ok(s) => {
+                failures = 0;
+                s
+            }
+            Err(e) if e.is_retryable() && failures + 1 < MAX_WATCH_ERRORS => {
+                failures += 1;
+                if !json {
+                    writeln!(out, "status unavailable ({e}); retrying")?;
+                }
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            Err(e) => {
+                if let Some(b) = bars.take() {
+                    b.abandon();
+                }
+                return Err(e.into());
+            }
+        };
+        if json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string(status.raw()).map_err(io::Error::other)?
+            )?;
+        }
+        let Some(switch) = status.switch() else {
+            if let Some(b) = bars.take() {
+                b.abandon();
+            }
+            if !json {
+                writeln!(out, "no switch in progress")?;
+                write_node_status(out, &status)?;
+            }
+            return Ok(());
+        };
+        match &bars {
+            Some(b) => b.update(&switch),
+            None if !json => {
+                let line = progress_line(&switch);
+                if line != last_line {
+                    writeln!(out, "{line}")?;
+                    out.flush()?;
+                    last_line = line;
+                }
+            }
+            None => {}
+        }
+        if switch.is_settled() {
+            if let Some(b) = bars.take() {
+                b.finish();
+            }
+            if !json {
+                write_node_status(out, &status)?;
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(interval).await;
+    }
+}

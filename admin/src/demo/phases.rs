@@ -1,0 +1,246 @@
+//! The operator's side of the demo, through the REST API of `node-1`: the
+//! switch requested mid-traffic and watched until it converged, the ledgers it
+//! moved, then cleanup (or rollback).
+
+use std::time::{Duration, Instant};
+
+use bkswitch_managed_ledger::schema::SchemaVersion;
+use bkswitch_proto::Stamped;
+use bkswitch_switch_orchestrator::{LedgerKind, LedgerState};
+
+use super::error::{step_err, DemoError};
+use super::options::Say;
+use super::setup::{schema_id, Stack, NEW_CLUSTER_FIRST_ID};
+use crate::client::{AdminClient, ClientError};
+use crate::node::Node;
+use crate::progress::SwitchBars;
+use crate::traffic::TopicHandle;
+use crate::wire::{CleanupRequest, ClusterStatus};
+
+/// How long the switch takes to show, measured from `POST /switch`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Timings {
+    /// Until every node created new ledgers on `new`.
+    pub(super) switch_visible: Option<Duration>,
+    /// Until every topic's current ledger was on `new`.
+    pub(super) writes_moved: Option<Duration>,
+    /// Until the switch reached SWITCHED.
+    pub(super) switched: Option<Duration>,
+}
+
+impl Timings {
+    fn complete(&self) -> bool {
+        self.switch_visible.is_some() && self.writes_moved.is_some() && self.switched.is_some()
+    }
+}
+
+/// Milliseconds of `d`; `u64::MAX` when it never happened.
+pub(super) fn ms(d: Option<Duration>) -> u64 {
+    d.map(|d| d.as_millis() as u64).unwrap_or(u64::MAX)
+}
+
+/// Registers `new`, runs the precheck and asks for the switch; returns when
+/// it was asked.
+pub(super) async fn request_switch(
+    admin: &AdminClient,
+    before_switch: impl FnOnce(),
+    say: Say<'_>,
+) -> Result<Instant, DemoError> {
+    admin
+        .register("new", "memory://new", Some(ClusterStatus::Standby))
+        .await
+        .map_err(step_err("POST /new (register)"))?;
+    let pre = admin
+        .precheck("new")
+        .await
+        .map_err(step_err("GET /precheck/new"))?;
+    say(&format!(
+        "precheck: ready={} (target next ledger id {} > highest copied id {:?})",
+        pre.ready, pre.target_next_ledger_id, pre.source_max_ledger_id
+    ));
+    before_switch();
+    let t0 = Instant::now();
+    let started = admin
+        .switch("new")
+        .await
+        .map_err(step_err("POST /switch"))?;
+    say(&format!(
+        "switch to 'new' requested (epoch {})",
+        started.epoch().unwrap_or_default()
+    ));
+    Ok(t0)
+}
+
+/// Writes a schema version while the switch runs (it must land on `new`).
+pub(super) async fn write_late_schema(node: &Node) -> Result<SchemaVersion, DemoError> {
+    node.schemas()
+        .put(&schema_id(0), b"{\"late\":true}", b"hash-late")
+        .await
+        .map_err(step_err("writing a schema during the switch"))
+}
+
+/// Polls until every node applied the switch, every topic writes to `new` and
+/// the switch settled (at most 60 s), drawing bars when `progress`.
+pub(super) async fn await_switch(
+    stack: &Stack,
+    admin: &AdminClient,
+    t0: Instant,
+    progress: bool,
+) -> Timings {
+    let mut t = Timings::default();
+    let bars = progress.then(SwitchBars::stderr);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !t.complete() {
+        if t.switch_visible.is_none() && every_node_on(&stack.nodes, "new") {
+            t.switch_visible = Some(t0.elapsed());
+        }
+        if t.writes_moved.is_none() && stack.topics.iter().all(|h| current_ledger_on(h, "new")) {
+            t.writes_moved = Some(t0.elapsed());
+        }
+        if t.switched.is_none() {
+            if let Some(sw) = admin.status().await.ok().and_then(|st| st.switch()) {
+                if let Some(b) = &bars {
+                    b.update(&sw);
+                }
+                if sw.is_settled() {
+                    t.switched = Some(t0.elapsed());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(b) = bars {
+        b.finish();
+    }
+    t
+}
+
+fn every_node_on(nodes: &[Node], cluster: &str) -> bool {
+    nodes
+        .iter()
+        .all(|n| n.storage().active_cluster().as_deref() == Some(cluster))
+}
+
+fn current_ledger_on(h: &TopicHandle, cluster: &str) -> bool {
+    let (info, _) = h.ledger.metadata();
+    info.ledger_info
+        .last()
+        .and_then(|l| l.cluster_stamp().ok().flatten())
+        == Some(cluster)
+}
+
+/// What the switch did with the ledgers it recorded.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct LedgerCounts {
+    /// Schema ledgers promoted.
+    pub(super) schemas_promoted: u64,
+    /// Cursor ledgers promoted (stamp flip).
+    pub(super) cursors_promoted: u64,
+    /// Live cursors moved by rollover instead.
+    pub(super) rollover_fallbacks: u64,
+    /// Ledgers that failed to move.
+    pub(super) failed: u64,
+    /// Ledgers copied (neither failed nor obsolete).
+    pub(super) copied: u64,
+}
+
+/// Counts the ledger records of the switch `node`'s orchestrator recorded last.
+pub(super) async fn ledger_counts(node: &Node) -> Result<LedgerCounts, DemoError> {
+    let status = node
+        .orchestrator()
+        .current_status()
+        .await
+        .map_err(step_err("reading the switch status"))?
+        .ok_or_else(|| DemoError::new("reading the switch status", "no switch recorded"))?;
+    let records = node
+        .orchestrator()
+        .ledger_records(&status.switch_id)
+        .await
+        .map_err(step_err("reading the switch records"))?;
+    let count = |kind: LedgerKind, state: LedgerState| {
+        records
+            .iter()
+            .filter(|r| r.kind == kind && r.state == state)
+            .count() as u64
+    };
+    Ok(LedgerCounts {
+        schemas_promoted: count(LedgerKind::Schema, LedgerState::Promoted),
+        cursors_promoted: count(LedgerKind::Cursor, LedgerState::Promoted),
+        rollover_fallbacks: count(LedgerKind::Cursor, LedgerState::RolledOver),
+        failed: records
+            .iter()
+            .filter(|r| r.state == LedgerState::Failed)
+            .count() as u64,
+        copied: records
+            .iter()
+            .filter(|r| r.state != LedgerState::Failed && r.state != LedgerState::Obsolete)
+            .count() as u64,
+    })
+}
+
+/// Cleans up inside the window (forced, as an operator does once satisfied),
+/// after a dry run; returns the outcome.
+pub(super) async fn clean_up(admin: &AdminClient, say: Say<'_>) -> Result<String, DemoError> {
+    let dry = admin
+        .cleanup(&CleanupRequest::default())
+        .await
+        .map_err(step_err("POST /cleanup (dry run)"))?;
+    say(&format!(
+        "cleanup dry run: {} old-cluster copies would be deleted",
+        dry.targets().len()
+    ));
+    let report = admin
+        .cleanup(&CleanupRequest {
+            dry_run: false,
+            force: true,
+            ..CleanupRequest::default()
+        })
+        .await
+        .map_err(step_err("POST /cleanup"))?;
+    say(&format!(
+        "cleanup: {} deleted, outcome {}",
+        report.deleted(),
+        report.outcome().unwrap_or("?")
+    ));
+    Ok(report.outcome().unwrap_or("?").to_owned())
+}
+
+/// Rolls back to `old`, advancing old's ledger id generator first when the
+/// rollback's precheck asks for it; returns the phase reached.
+pub(super) async fn roll_back(
+    admin: &AdminClient,
+    stack: &Stack,
+    say: Say<'_>,
+) -> Result<String, DemoError> {
+    say("rolling back to 'old'");
+    let st = match admin.rollback().await {
+        Ok(st) => st,
+        Err(ClientError::Api {
+            status: 409,
+            message,
+            ..
+        }) if message.contains("idgen") => {
+            // Ledgers created on `new` since the switch have ids above old's
+            // generator: going back needs it advanced (I11 in
+            // docs/INVARIANTS.md), as an operator does with BookKeeper's
+            // tooling.
+            say(&format!("rollback refused: {message}"));
+            let next = stack.clusters.get_or_create("new").next_ledger_id();
+            stack
+                .clusters
+                .get_or_create("old")
+                .advance_ledger_id_to(next + NEW_CLUSTER_FIRST_ID)
+                .map_err(step_err("advancing old's ledger id generator"))?;
+            say(&format!(
+                "advanced old's ledger id generator to {}; rolling back again",
+                next + NEW_CLUSTER_FIRST_ID
+            ));
+            admin.rollback().await.map_err(step_err("POST /rollback"))?
+        }
+        Err(e) => return Err(step_err("POST /rollback")(e)),
+    };
+    Ok(st.phase_name().unwrap_or("?").to_owned())
+}

@@ -1,0 +1,179 @@
+//! One handler per endpoint. Each checks its input first, so that every 4xx
+//! answer is given before anything is written.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{extract::Path, Json};
+use bkswitch_registry::validate_name;
+use bkswitch_switch_orchestrator::CleanupOptions;
+
+use super::error::ApiError;
+use super::extract::{ApiJson, Live};
+use crate::node::Node;
+use crate::wire::{
+    CleanupReport, CleanupRequest, CleanupTargets, ClusterStatus, PromoteCursorRequest,
+    PromoteCursorResponse, ReadModeRequest, ReadModeResponse, RegisterRequest, SwitchRequest,
+    SwitchStatus, BASE_PATH,
+};
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn checked_name(name: &str) -> ApiResult<()> {
+    validate_name(name).map_err(ApiError::from)
+}
+
+/// `GET /`.
+pub(super) async fn list(Live(node): Live) -> ApiResult<Response> {
+    Ok(Json(node.registry().list().await?).into_response())
+}
+
+/// `GET /{name}`.
+pub(super) async fn get_cluster(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
+    checked_name(&name)?;
+    match node.registry().get(&name).await? {
+        Some(r) => Ok(Json(r).into_response()),
+        None => Err(ApiError::not_found(format!(
+            "bookie cluster `{name}` is not registered; register it with POST {BASE_PATH}/{name}"
+        ))),
+    }
+}
+
+/// `POST /{name}`.
+pub(super) async fn register(
+    Live(node): Live,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<RegisterRequest>,
+) -> ApiResult<Response> {
+    checked_name(&name)?;
+    let status = body.status.unwrap_or(ClusterStatus::Standby);
+    let record = node
+        .registry()
+        .register(&name, &body.metadata_service_uri, status)
+        .await?;
+    Ok(Json(record).into_response())
+}
+
+/// `DELETE /{name}`.
+pub(super) async fn unregister(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
+    checked_name(&name)?;
+    node.registry().unregister(&name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /precheck/{name}`.
+pub(super) async fn precheck(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
+    checked_name(&name)?;
+    let result = node.orchestrator().precheck(&name).await?;
+    Ok(Json(result).into_response())
+}
+
+/// `POST /switch`.
+pub(super) async fn switch(
+    Live(node): Live,
+    ApiJson(body): ApiJson<SwitchRequest>,
+) -> ApiResult<Response> {
+    if body.target.is_empty() {
+        return Err(ApiError::invalid(
+            Some("target"),
+            "`target` must name a registered cluster",
+        ));
+    }
+    checked_name(&body.target).map_err(|e| e.with_field("target"))?;
+    let status = node
+        .orchestrator()
+        .start_switch(&body.target, Some(node.node_id()))
+        .await?;
+    Ok(Json(SwitchStatus::from(status)).into_response())
+}
+
+/// `GET /status`.
+pub(super) async fn status(Live(node): Live) -> ApiResult<Response> {
+    Ok(Json(node.status().await?).into_response())
+}
+
+/// `POST /read-mode`.
+pub(super) async fn read_mode(
+    Live(node): Live,
+    body: Result<ApiJson<ReadModeRequest>, ApiError>,
+) -> ApiResult<Response> {
+    let ApiJson(body) = body.map_err(|mut e| {
+        if e.body.field.is_none() {
+            e.body.field = Some("mode".into());
+            e.body.error = format!(
+                "{}; the read mode is DUAL_READ, NEW_CLUSTER_ONLY or OLD_CLUSTER_ONLY",
+                e.body.error
+            );
+        }
+        e
+    })?;
+    node.storage().set_read_mode(body.mode);
+    Ok(Json(ReadModeResponse {
+        read_mode: body.mode,
+    })
+    .into_response())
+}
+
+/// The id of the switch recorded last; 404 when there is none.
+async fn current_switch(node: &Node) -> ApiResult<String> {
+    match node.orchestrator().current_status().await? {
+        Some(s) => Ok(s.switch_id),
+        None => Err(ApiError::not_found(
+            "no switch is recorded; start one with POST /switch",
+        )),
+    }
+}
+
+/// `GET /cleanup-targets`.
+pub(super) async fn cleanup_targets(Live(node): Live) -> ApiResult<Response> {
+    let switch_id = current_switch(&node).await?;
+    let targets = node.orchestrator().cleanup_targets(&switch_id).await?;
+    Ok(Json(CleanupTargets { switch_id, targets }).into_response())
+}
+
+/// `POST /cleanup`.
+pub(super) async fn cleanup(
+    Live(node): Live,
+    ApiJson(body): ApiJson<CleanupRequest>,
+) -> ApiResult<Response> {
+    if let Some(f) = &body.src_cluster_filter {
+        checked_name(f).map_err(|e| e.with_field("srcClusterFilter"))?;
+    }
+    let id = current_switch(&node).await?;
+    let opts = CleanupOptions {
+        dry_run: body.dry_run,
+        src_cluster_filter: body.src_cluster_filter,
+        max_deletions: match body.max_deletions {
+            0 => None,
+            n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        },
+        force: body.force,
+    };
+    let report = node.orchestrator().cleanup(&id, opts).await?;
+    Ok(Json(CleanupReport::new(&id, &report)).into_response())
+}
+
+/// `POST /close-client/{name}`.
+pub(super) async fn close_client(
+    Live(node): Live,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    checked_name(&name)?;
+    node.storage().close_client(&name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /rollback`.
+pub(super) async fn rollback(Live(node): Live) -> ApiResult<Response> {
+    let id = current_switch(&node).await?;
+    let status = node.orchestrator().rollback(&id).await?;
+    Ok(Json(SwitchStatus::from(status)).into_response())
+}
+
+/// `POST /internal/promote-cursor`.
+pub(super) async fn promote_cursor(
+    Live(node): Live,
+    ApiJson(body): ApiJson<PromoteCursorRequest>,
+) -> ApiResult<Response> {
+    let outcome = node.serve_cursor_promotion(&body.into()).await?;
+    Ok(Json(PromoteCursorResponse::from(outcome)).into_response())
+}

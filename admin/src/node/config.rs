@@ -1,0 +1,138 @@
+//! The settings of a [`Node`](super::Node) and why it can fail.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bkswitch_bk_client::ClientFactory;
+use bkswitch_bk_router::RouterError;
+use bkswitch_managed_ledger::schema::SchemaStorageOptions;
+use bkswitch_managed_ledger::ManagedLedgerError;
+use bkswitch_metadata_store::MetadataStore;
+use bkswitch_mledger_spi::ManagedLedgerConfig;
+use bkswitch_registry::IdgenSource;
+use bkswitch_switch_orchestrator::{OrchestratorConfig, OrchestratorError};
+
+use super::ownership::DEFAULT_OWNERS_ROOT;
+
+/// Settings of a [`Node`](super::Node).
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// This node's id (unique among live nodes).
+    pub node_id: String,
+    /// The broker metadata store (this node's own session).
+    pub store: Arc<dyn MetadataStore>,
+    /// Creates BookKeeper clients from metadata-service URIs.
+    pub client_factory: Arc<dyn ClientFactory>,
+    /// The metadata-service URI this node was configured with (Pulsar's
+    /// `bookkeeperMetadataServiceUri`): used when the registry has no ACTIVE
+    /// cluster yet.
+    pub bookkeeper_uri: String,
+    /// The `currentClusterName` hint.
+    pub cluster_name: Option<String>,
+    /// Registry root (`configPath`).
+    pub registry_root: String,
+    /// Root of the topic-ownership nodes.
+    pub owners_root: String,
+    /// Bearer token of the public admin endpoints.
+    pub admin_token: String,
+    /// Bearer token of `/internal/*` (node to node).
+    pub internal_token: String,
+    /// Where the REST API listens (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Coordinator settings.
+    pub orchestrator: OrchestratorConfig,
+    /// Where the precheck reads next ledger ids (default: BookKeeper's ZooKeeper
+    /// layout; `memory://` clusters need a `MemoryIdgenSource`).
+    pub idgen: Option<Arc<dyn IdgenSource>>,
+    /// Settings of the managed ledgers this node opens (the routing hooks are
+    /// added by the storage).
+    pub ledger_config: ManagedLedgerConfig,
+    /// Settings of schema storage.
+    pub schema_options: SchemaStorageOptions,
+    /// After applying a directive, roll over every owned topic at this many
+    /// topics per second (`None`: wait for natural rollovers).
+    pub forced_rollover_rate: Option<u32>,
+    /// `oldLedgerReadTimeoutMs`.
+    pub old_ledger_read_timeout: Duration,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("node_id", &self.node_id)
+            .field("bookkeeper_uri", &self.bookkeeper_uri)
+            .field("cluster_name", &self.cluster_name)
+            .field("registry_root", &self.registry_root)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeConfig {
+    /// A configuration with the documented defaults: registry at
+    /// `/admin/bookie-clusters`, listening on a free loopback port, forced
+    /// rollover at 100 topics/s, old-ledger read timeout 5 s.
+    pub fn new(
+        node_id: &str,
+        store: Arc<dyn MetadataStore>,
+        client_factory: Arc<dyn ClientFactory>,
+        bookkeeper_uri: &str,
+        admin_token: &str,
+        internal_token: &str,
+    ) -> NodeConfig {
+        NodeConfig {
+            node_id: node_id.to_owned(),
+            store,
+            client_factory,
+            bookkeeper_uri: bookkeeper_uri.to_owned(),
+            cluster_name: None,
+            registry_root: bkswitch_registry::DEFAULT_ROOT.to_owned(),
+            owners_root: DEFAULT_OWNERS_ROOT.to_owned(),
+            admin_token: admin_token.to_owned(),
+            internal_token: internal_token.to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            orchestrator: OrchestratorConfig::default(),
+            idgen: None,
+            ledger_config: ManagedLedgerConfig::default(),
+            schema_options: SchemaStorageOptions::default(),
+            forced_rollover_rate: Some(100),
+            old_ledger_read_timeout: Duration::from_millis(5000),
+        }
+    }
+}
+
+/// Why a node could not start or an operation on it failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Invalid settings.
+    #[error("invalid node settings: {0}")]
+    InvalidSettings(String),
+    /// The storage or the registry sync failed.
+    #[error(transparent)]
+    Router(#[from] RouterError),
+    /// The storage failed to initialize.
+    #[error("initializing the multi-cluster storage: {0}")]
+    Storage(#[from] bkswitch_mledger_spi::StorageError),
+    /// A registry operation failed.
+    #[error(transparent)]
+    Registry(#[from] bkswitch_registry::RegistryError),
+    /// A managed-ledger operation failed.
+    #[error(transparent)]
+    ManagedLedger(#[from] ManagedLedgerError),
+    /// A metadata-store operation failed.
+    #[error(transparent)]
+    Metadata(#[from] bkswitch_metadata_store::MetadataError),
+    /// The orchestrator failed.
+    #[error(transparent)]
+    Orchestrator(#[from] OrchestratorError),
+    /// The REST listener could not be bound.
+    #[error("cannot listen on {addr}: {source}; pick another address")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,100 @@
+//! The node's two background duties: coordinating the switches the registry
+//! sync hands it, and rolling its topics over after every applied directive.
+//! Both stop when the node stops (or when every handle to it is dropped).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bkswitch_bk_router::CoordinatorDuty;
+use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator, OrchestratorError};
+use tokio::sync::{mpsc, watch};
+
+/// Runs the orchestrator for every duty the registry sync hands this node
+/// (it is the directive's origin, or the elected leader).
+pub(super) async fn coordinate(
+    node_id: String,
+    orchestrator: Orchestrator,
+    mut duties: mpsc::UnboundedReceiver<CoordinatorDuty>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let duty = tokio::select! {
+            d = duties.recv() => match d { Some(d) => d, None => return },
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        tracing::info!(node = %node_id, epoch = duty.epoch, target = %duty.target,
+            "coordinating switch");
+        if !run_switch(&node_id, &orchestrator, &duty.epoch.to_string(), &stop).await {
+            return;
+        }
+    }
+}
+
+/// Resumes switch `id` until it is coordinated (or fails for good); `false`
+/// when the node stopped meanwhile.
+async fn run_switch(
+    node_id: &str,
+    orchestrator: &Orchestrator,
+    id: &str,
+    stop: &watch::Receiver<bool>,
+) -> bool {
+    let mut delay = Duration::from_millis(100);
+    let mut missing = 0;
+    loop {
+        match orchestrator.resume(id).await {
+            // The origin writes the directive, then the switch record: the
+            // record may not be there yet. A directive without any record
+            // (written by hand, or the origin crashed in between) is left
+            // alone after a while; the operator re-issues the switch.
+            Err(OrchestratorError::NoSuchSwitch { .. }) if missing < 100 => {
+                missing += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(status) => {
+                tracing::info!(node = %node_id, switch = %id,
+                    phase = %status.phase, "switch coordinated");
+                return true;
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(node = %node_id, switch = %id, error = %e,
+                    "switch run failed; resuming");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                tracing::error!(node = %node_id, switch = %id, error = %e,
+                    "switch run stopped; an operator must look at it");
+                return true;
+            }
+        }
+        if *stop.borrow() {
+            return false;
+        }
+    }
+}
+
+/// Rolls over every owned topic at `rate` topics per second after each
+/// applied directive ([design §5.2](bkswitch_docs::design)).
+pub(super) async fn roll_after_switch(
+    node_id: String,
+    topics: Arc<LocalTopics>,
+    rate: u32,
+    mut applied: watch::Receiver<i64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last = *applied.borrow_and_update();
+    loop {
+        tokio::select! {
+            r = applied.changed() => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let epoch = *applied.borrow_and_update();
+        if epoch == last {
+            continue;
+        }
+        last = epoch;
+        let report = topics.force_rollover(rate).await;
+        tracing::info!(node = %node_id, epoch, ?report,
+            "forced rollover after the switch");
+    }
+}

@@ -1,0 +1,263 @@
+//! A broker-like node: the multi-cluster storage, the registry sync, the
+//! coordinator, topic ownership and the REST API, put together.
+//!
+//! [`Node::start`] is what `bookie-switch serve` runs, and what the demo and
+//! the end-to-end tests start several times in one process.
+//!
+//! - The storage is initialized through the registry (registry ACTIVE →
+//!   `cluster_name` hint → the name the client reports, auto-registered
+//!   ACTIVE) and records the bootstrap marker.
+//! - A [`RegistrySync`] follows the registry: on every directive the node
+//!   swaps its active cluster, enters dual-read and, when configured, rolls
+//!   over every topic it owns at a bounded rate
+//!   ([design §5.2](bkswitch_docs::design)).
+//! - When the sync hands this node a coordinator duty (it is the directive's
+//!   origin, or the elected leader), the node runs the orchestrator for it.
+//! - Topics opened through [`Node::open_topic`] are owned by this node (see
+//!   [`Ownership`]), so a coordinator elsewhere sends cursor promotions here
+//!   over HTTP, which the REST API serves through
+//!   [`Node::serve_cursor_promotion`].
+//!
+//! Files: `config.rs` (settings and errors), `start.rs` (start-up: every part
+//! built and wired, the REST server included), `ownership.rs` (who owns a
+//! topic, how a coordinator reaches it), `duties.rs` (the background loops);
+//! this file is the running node's handle.
+
+mod config;
+mod duties;
+mod ownership;
+mod start;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RegistrySync};
+use bkswitch_managed_ledger::schema::SchemaStorage;
+use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory};
+use bkswitch_mledger_spi::ManagedLedgerStorage;
+use bkswitch_registry::Registry;
+use bkswitch_switch_orchestrator::{
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator,
+    PromoteError,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::{NodeConfig, NodeError};
+pub use ownership::{Ownership, DEFAULT_OWNERS_ROOT};
+
+use crate::wire::NodeStatus;
+
+/// Everything a running node holds. The background tasks hold only the parts
+/// they use, and the REST server a [`WeakNode`], so dropping every [`Node`]
+/// drops this, closes `stop` and ends them all.
+struct NodeInner {
+    config: NodeConfig,
+    storage: MultiClusterManagedLedgerStorage,
+    registry: Registry,
+    sync: RegistrySync,
+    orchestrator: Orchestrator,
+    topics: Arc<LocalTopics>,
+    factory: ManagedLedgerFactory,
+    schemas: SchemaStorage,
+    url: String,
+    /// Cursor promotions this node executed for a coordinator over HTTP.
+    promotions_served: AtomicU64,
+    tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    stop: watch::Sender<bool>,
+}
+
+/// A running node; see the [module docs](self). Cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+/// A handle to a [`Node`] that does not keep it running: the REST server holds
+/// one, so dropping every [`Node`] still stops the node.
+#[derive(Debug, Clone)]
+pub struct WeakNode(Weak<NodeInner>);
+
+impl WeakNode {
+    /// The node, unless every [`Node`] handle is gone.
+    pub fn upgrade(&self) -> Option<Node> {
+        self.0.upgrade().map(|inner| Node { inner })
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node_id", &self.inner.config.node_id)
+            .field("url", &self.inner.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A handle that does not keep this node running.
+    pub fn downgrade(&self) -> WeakNode {
+        WeakNode(Arc::downgrade(&self.inner))
+    }
+
+    /// The settings the node was started with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.inner.config
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.inner.config.node_id
+    }
+
+    /// The REST base URL (`http://127.0.0.1:port`).
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The multi-cluster storage.
+    pub fn storage(&self) -> &MultiClusterManagedLedgerStorage {
+        &self.inner.storage
+    }
+
+    /// The cluster registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The registry sync (applied epoch, metrics).
+    pub fn sync(&self) -> &RegistrySync {
+        &self.inner.sync
+    }
+
+    /// The coordinator of this node.
+    pub fn orchestrator(&self) -> &Orchestrator {
+        &self.inner.orchestrator
+    }
+
+    /// The topics this node owns.
+    pub fn topics(&self) -> &Arc<LocalTopics> {
+        &self.inner.topics
+    }
+
+    /// Schema storage routed through the storage's S3 provider.
+    pub fn schemas(&self) -> &SchemaStorage {
+        &self.inner.schemas
+    }
+
+    /// How many cursor promotions this node executed for a coordinator through
+    /// `POST /internal/promote-cursor`.
+    pub fn cursor_promotions_served(&self) -> u64 {
+        self.inner.promotions_served.load(Ordering::Relaxed)
+    }
+
+    /// Promotes a cursor of a topic this node owns, as a coordinator asked
+    /// over HTTP (`POST /internal/promote-cursor`), and counts it in
+    /// [`cursor_promotions_served`](Self::cursor_promotions_served).
+    ///
+    /// # Errors
+    ///
+    /// The [`PromoteError`] of the owned topics: not owned here, rolled over
+    /// since the copy, temporarily impossible.
+    pub async fn serve_cursor_promotion(
+        &self,
+        req: &CursorPromoteRequest,
+    ) -> Result<CursorPromoteOutcome, PromoteError> {
+        let outcome = self.inner.topics.promote_cursor(req).await?;
+        self.inner.promotions_served.fetch_add(1, Ordering::Relaxed);
+        Ok(outcome)
+    }
+
+    /// Opens (or returns the already open) managed ledger `name` with the
+    /// routing hooks, and records this node as its owner.
+    ///
+    /// # Errors
+    ///
+    /// Managed-ledger errors of opening; [`NodeError::Metadata`] when the
+    /// ownership cannot be recorded (the ledger is closed again).
+    pub async fn open_topic(&self, name: &str) -> Result<ManagedLedger, NodeError> {
+        if let Some(ml) = self.inner.topics.get(name) {
+            return Ok(ml);
+        }
+        let mut config = self.inner.config.ledger_config.clone();
+        self.inner.storage.configure(&mut config);
+        // Loading a topic whose ledgers live on a cluster whose client is not
+        // started yet fails with a retryable error while the client starts.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let ml = loop {
+            match self.inner.factory.open(name, config.clone()).await {
+                Ok(ml) => break ml,
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(topic = name, error = %e, "topic load retried");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let owner = Ownership {
+            node_id: self.inner.config.node_id.clone(),
+            url: self.inner.url.clone(),
+        };
+        let path = ownership::owner_path(&self.inner.config.owners_root, name);
+        if let Err(e) = ownership::record(self.inner.config.store.as_ref(), &path, &owner).await {
+            let _ = ml.close().await;
+            return Err(e.into());
+        }
+        self.inner.topics.insert(ml.clone());
+        Ok(ml)
+    }
+
+    /// Closes a topic this node owns and gives up its ownership.
+    ///
+    /// # Errors
+    ///
+    /// Managed-ledger errors of closing (ownership is released anyway).
+    pub async fn unload_topic(&self, name: &str) -> Result<(), NodeError> {
+        let config = &self.inner.config;
+        let path = ownership::owner_path(&config.owners_root, name);
+        ownership::release(config.store.as_ref(), &path, &config.node_id).await;
+        if let Some(ml) = self.inner.topics.remove(name) {
+            ml.close().await?;
+        }
+        Ok(())
+    }
+
+    /// This node's status (what `GET /status` answers).
+    ///
+    /// # Errors
+    ///
+    /// Registry and orchestrator read errors.
+    pub async fn status(&self) -> Result<NodeStatus, NodeError> {
+        let inner = &self.inner;
+        Ok(NodeStatus::new(
+            &inner.config.node_id,
+            inner.storage.active_cluster(),
+            inner.storage.bootstrap_cluster(),
+            inner.storage.read_mode(),
+            inner.sync.applied_epoch(),
+            inner.registry.switch_directive().await?,
+            inner.orchestrator.current_status().await?,
+        ))
+    }
+
+    /// Stops the REST server and background tasks, unloads the owned topics
+    /// (closing them and giving their ownership up), stops the registry sync
+    /// and closes the clients. The metadata store is left open
+    /// (it belongs to the caller).
+    pub async fn stop(&self) {
+        let _ = self.inner.stop.send(true);
+        let tasks: Vec<_> = std::mem::take(&mut *self.inner.tasks.lock());
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        for name in self.inner.topics.list() {
+            // Gives the ownership up, so a coordinator promotes these cursors
+            // itself (or through their next owner) rather than calling here.
+            let _ = self.unload_topic(&name).await;
+        }
+        self.inner.sync.stop().await;
+        let _ = self.inner.storage.close().await;
+    }
+}

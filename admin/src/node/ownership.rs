@@ -1,0 +1,193 @@
+//! Topic ownership: an ephemeral node `<owners root>/<encoded topic>` names the
+//! node that owns a topic and its REST URL ([`Ownership`]), so that a
+//! coordinator anywhere promotes a cursor on its owner
+//! ([I13](bkswitch_docs::invariants::I13)): in process when it owns the topic
+//! itself, otherwise over HTTP (`POST /internal/promote-cursor`). The node
+//! disappears with its owner's session; the coordinator then promotes the
+//! cursor itself.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bkswitch_metadata_store::{
+    CreateMode, ErrorKind, ExpectedVersion, MetadataError, MetadataStore,
+};
+use bkswitch_switch_orchestrator::{
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, OrchestratorError,
+    PromoteError, TopicOwners,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{AdminClient, ClientError};
+use crate::wire::PromoteCursorRequest;
+
+/// Default root of the topic-ownership nodes.
+pub const DEFAULT_OWNERS_ROOT: &str = "/bkswitch/topic-owners";
+
+/// The value of a topic-ownership node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ownership {
+    /// The owning node.
+    pub node_id: String,
+    /// Its REST base URL.
+    pub url: String,
+}
+
+/// The ownership node of `topic` under `root`.
+pub(super) fn owner_path(root: &str, topic: &str) -> String {
+    format!("{root}/{}", encode_topic(topic))
+}
+
+/// `/` in topic names becomes `%2F` in the ownership node name.
+fn encode_topic(topic: &str) -> String {
+    let mut out = String::with_capacity(topic.len());
+    for b in topic.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Records `owner` at `path` (ephemeral), taking the node over when a previous
+/// owner's session still holds it.
+pub(super) async fn record(
+    store: &dyn MetadataStore,
+    path: &str,
+    owner: &Ownership,
+) -> Result<(), MetadataError> {
+    let value = serde_json::to_vec(owner).unwrap_or_default();
+    match store.create(path, &value, CreateMode::EPHEMERAL).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => store
+            .put(path, &value, ExpectedVersion::Any)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes the ownership node at `path` if it names `node_id` (best effort).
+pub(super) async fn release(store: &dyn MetadataStore, path: &str, node_id: &str) {
+    if let Ok(Some(r)) = store.get(path).await {
+        if serde_json::from_slice::<Ownership>(&r.value)
+            .map(|o| o.node_id == node_id)
+            .unwrap_or(false)
+        {
+            let _ = store
+                .delete(path, ExpectedVersion::Exactly(r.stat.version))
+                .await;
+        }
+    }
+}
+
+/// Topic ownership from the ownership nodes: this node's topics are promoted
+/// in process, other nodes' over HTTP.
+pub(super) struct NodeOwners {
+    pub(super) store: Arc<dyn MetadataStore>,
+    pub(super) root: String,
+    pub(super) node_id: String,
+    pub(super) local: Arc<LocalTopics>,
+    pub(super) internal_token: String,
+}
+
+#[async_trait]
+impl TopicOwners for NodeOwners {
+    async fn owner(
+        &self,
+        managed_ledger: &str,
+    ) -> bkswitch_switch_orchestrator::Result<Option<Arc<dyn CursorPromoter>>> {
+        let path = owner_path(&self.root, managed_ledger);
+        let found = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| OrchestratorError::Metadata {
+                what: format!("reading the owner of '{managed_ledger}' at '{path}'"),
+                source: e,
+            })?;
+        let Some(r) = found else {
+            return Ok(None);
+        };
+        let Ok(o) = serde_json::from_slice::<Ownership>(&r.value) else {
+            tracing::warn!(path = %path, "unreadable ownership node; treating the topic as unowned");
+            return Ok(None);
+        };
+        if o.node_id == self.node_id {
+            return Ok(Some(self.local.clone()));
+        }
+        Ok(Some(Arc::new(HttpPromoter {
+            url: o.url,
+            node_id: o.node_id,
+            token: self.internal_token.clone(),
+        })))
+    }
+}
+
+/// The HTTP [`CursorPromoter`]: `POST <owner>/admin/v2/bookie-clusters/internal/promote-cursor`
+/// with the node-to-node token.
+struct HttpPromoter {
+    url: String,
+    node_id: String,
+    token: String,
+}
+
+#[async_trait]
+impl CursorPromoter for HttpPromoter {
+    async fn promote_cursor(
+        &self,
+        req: &CursorPromoteRequest,
+    ) -> Result<CursorPromoteOutcome, PromoteError> {
+        let owner = &self.node_id;
+        let client =
+            AdminClient::new(&self.url, &self.token).map_err(|e| PromoteError::Unavailable {
+                reason: format!("owner node {owner} at {}: {e}", self.url),
+            })?;
+        match client
+            .promote_cursor(&PromoteCursorRequest::from(req))
+            .await
+        {
+            Ok(resp) => resp.cursor_outcome().ok_or_else(|| PromoteError::Other {
+                reason: format!("owner node {owner} answered ROLLED_OVER without newLedgerId"),
+            }),
+            Err(e) => Err(refusal(owner, req, e)),
+        }
+    }
+}
+
+/// The owner's refusal as a [`PromoteError`]: the one it sent as details, or
+/// one made from the HTTP status.
+fn refusal(owner: &str, req: &CursorPromoteRequest, e: ClientError) -> PromoteError {
+    let ClientError::Api {
+        status,
+        details,
+        message,
+        ..
+    } = e
+    else {
+        return PromoteError::Unavailable {
+            reason: format!("owner node {owner} unreachable: {e}"),
+        };
+    };
+    if let Some(e) = details.and_then(|d| serde_json::from_value::<PromoteError>(d).ok()) {
+        return e;
+    }
+    match status {
+        409 => PromoteError::RolledOver {
+            managed_ledger: req.managed_ledger.clone(),
+            cursor: req.cursor_name.clone(),
+            expected: req.expected_cursors_ledger_id,
+            actual: -1,
+        },
+        404 => PromoteError::NotOwner {
+            managed_ledger: req.managed_ledger.clone(),
+            cursor: req.cursor_name.clone(),
+        },
+        _ => PromoteError::Unavailable {
+            reason: format!("owner node {owner}: {message}"),
+        },
+    }
+}

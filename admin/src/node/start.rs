@@ -1,0 +1,181 @@
+//! [`Node::start`]: every part of a node built and wired, its REST server and
+//! background duties spawned.
+//!
+//! This is the node's one `impl` block outside `mod.rs`, on purpose: start-up
+//! is where the node meets the HTTP layer (`crate::http`), which itself uses
+//! only [`Node`]'s public API. Keeping it here leaves the node's handle
+//! (`mod.rs`) free of any import of the HTTP layer, so the two do not depend on
+//! each other.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RegistrySync, RouterConfig};
+use bkswitch_managed_ledger::schema::SchemaStorage;
+use bkswitch_managed_ledger::ManagedLedgerFactory;
+use bkswitch_mledger_spi::{ManagedLedgerStorage, StorageSettings};
+use bkswitch_registry::Registry;
+use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::duties::{coordinate, roll_after_switch};
+use super::ownership::NodeOwners;
+use super::{Node, NodeConfig, NodeError, NodeInner};
+
+impl Node {
+    /// Starts the node: storage, registry sync, REST API, coordinator loop and
+    /// forced-rollover reaction. Must run inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`NodeError`] naming what could not start; nothing is left running.
+    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        check(&config)?;
+        let registry = Registry::with_root(config.store.clone(), &config.registry_root)?;
+        let storage = start_storage(&config).await?;
+        let sync = RegistrySync::start(storage.clone(), registry.clone(), &config.node_id).await?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| NodeError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| NodeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let url = format!("http://{addr}");
+
+        let topics = Arc::new(LocalTopics::new());
+        let orchestrator = orchestrator(&config, &registry, &storage, &topics);
+        let factory = ManagedLedgerFactory::from_storage_class(
+            config.store.clone(),
+            &*storage.default_storage_class()?,
+        );
+        let schemas = SchemaStorage::new(
+            config.store.clone(),
+            storage.schema_provider(),
+            config.schema_options.clone(),
+        );
+        let (stop, stop_rx) = watch::channel(false);
+        let node = Node {
+            inner: Arc::new(NodeInner {
+                config,
+                storage,
+                registry,
+                sync,
+                orchestrator,
+                topics,
+                factory,
+                schemas,
+                url,
+                promotions_served: AtomicU64::new(0),
+                tasks: parking_lot::Mutex::new(Vec::new()),
+                stop,
+            }),
+        };
+        node.spawn_tasks(listener, stop_rx);
+        tracing::info!(node = %node.node_id(), url = %node.url(), "node started");
+        Ok(node)
+    }
+
+    /// Spawns the REST server and the background duties.
+    fn spawn_tasks(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
+        let inner = &self.inner;
+        let node_id = inner.config.node_id.clone();
+        let mut tasks = inner.tasks.lock();
+        tasks.push(tokio::spawn(crate::http::serve(
+            listener,
+            self,
+            stop.clone(),
+        )));
+        if let Some(duties) = inner.sync.take_duties() {
+            tasks.push(tokio::spawn(coordinate(
+                node_id.clone(),
+                inner.orchestrator.clone(),
+                duties,
+                stop.clone(),
+            )));
+        }
+        if let Some(rate) = inner.config.forced_rollover_rate {
+            tasks.push(tokio::spawn(roll_after_switch(
+                node_id,
+                inner.topics.clone(),
+                rate,
+                inner.sync.applied_epoch_watch(),
+                stop,
+            )));
+        }
+    }
+}
+
+/// Refuses settings a node cannot run with.
+fn check(config: &NodeConfig) -> Result<(), NodeError> {
+    if config.node_id.is_empty() || config.node_id.contains('/') {
+        return Err(NodeError::InvalidSettings(format!(
+            "node id '{}' must be non-empty and without '/'",
+            config.node_id
+        )));
+    }
+    if config.admin_token.is_empty() || config.internal_token.is_empty() {
+        return Err(NodeError::InvalidSettings(
+            "the admin and internal tokens must not be empty: every endpoint needs one".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The multi-cluster storage, initialized through the registry.
+async fn start_storage(config: &NodeConfig) -> Result<MultiClusterManagedLedgerStorage, NodeError> {
+    let storage = MultiClusterManagedLedgerStorage::new(
+        RouterConfig::default().with_old_ledger_read_timeout(config.old_ledger_read_timeout),
+    );
+    let mut settings = StorageSettings::new(&config.bookkeeper_uri);
+    if let Some(name) = &config.cluster_name {
+        settings.properties.insert(
+            bkswitch_bk_router::CURRENT_CLUSTER_NAME.into(),
+            name.clone(),
+        );
+    }
+    settings.properties.insert(
+        bkswitch_bk_router::CONFIG_PATH.into(),
+        config.registry_root.clone(),
+    );
+    storage
+        .initialize(
+            &settings,
+            config.store.clone(),
+            config.client_factory.clone(),
+        )
+        .await?;
+    Ok(storage)
+}
+
+/// The coordinator, promoting cursors on their owners.
+fn orchestrator(
+    config: &NodeConfig,
+    registry: &Registry,
+    storage: &MultiClusterManagedLedgerStorage,
+    topics: &Arc<LocalTopics>,
+) -> Orchestrator {
+    let owners = Arc::new(NodeOwners {
+        store: config.store.clone(),
+        root: config.owners_root.clone(),
+        node_id: config.node_id.clone(),
+        local: topics.clone(),
+        internal_token: config.internal_token.clone(),
+    });
+    let orchestrator = Orchestrator::new(
+        config.store.clone(),
+        registry.clone(),
+        Arc::new(storage.clone()),
+        owners,
+        config.orchestrator.clone(),
+    );
+    match &config.idgen {
+        Some(idgen) => orchestrator.with_idgen(idgen.clone()),
+        None => orchestrator,
+    }
+}

@@ -1,0 +1,57 @@
+//! The REST contract of the bookie-clusters API as Rust types: the base path,
+//! every request and answer body, the error body and the switch phases. The
+//! server (the node's REST API) and the client ([`AdminClient`](crate::AdminClient))
+//! both take their types from here, so what one serializes is what the other
+//! reads. The contract in prose, with every status code, is `API.md` next to
+//! this crate's manifest.
+//!
+//! JSON names are camelCase, as in the registry records
+//! ([formats §3](bkswitch_docs::formats)). Request bodies refuse unknown fields.
+//!
+//! # Where the types come from
+//!
+//! Answers whose shape a library already defines are that library's types,
+//! re-exported here rather than listed again: [`ClusterRecord`] and
+//! [`PrecheckResult`] (the registry), [`CleanupTarget`], [`Counts`] and
+//! [`Phase`] (the orchestrator).
+//!
+//! Three answers are *documents*: [`NodeStatus`], [`SwitchStatus`] and
+//! [`CleanupReport`]. The server builds each from the typed records
+//! (`NodeStatus::new`, `SwitchStatus::from`, `CleanupReport::new`); the client
+//! keeps the JSON exactly as sent (what `bookie-clusters --json` prints) and
+//! reads it through accessors that tolerate what an older or newer server may
+//! send: a missing counter reads as 0, a missing field as `None`, and a phase
+//! this client does not know falls back to `None` from [`SwitchStatus::phase`]
+//! while [`SwitchStatus::phase_name`] still gives its name.
+//!
+//! # Phases
+//!
+//! A switch moves through the orchestrator's [`Phase`]s, named on the wire
+//! `BUILD`, `PROMOTE`, `SWITCHED`, `CLEANUP`, `DONE`, `DONE_WITH_FAILURES`,
+//! `ROLLING_BACK` and `ROLLED_BACK` ([`Phase::as_str`]).
+
+mod cleanup;
+mod error;
+mod json;
+mod promote;
+mod requests;
+mod status;
+
+pub use bkswitch_bk_router::ReadMode;
+pub use bkswitch_registry::{ClusterRecord, ClusterStatus, PrecheckResult, SwitchDirective};
+pub use bkswitch_switch_orchestrator::{CleanupTarget, Counts, LedgerKind, Phase};
+pub use cleanup::{CleanupFailure, CleanupReport, CleanupTargets};
+pub use error::ErrorBody;
+pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
+pub use requests::{
+    CleanupRequest, ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest,
+    SwitchRequest,
+};
+pub use status::{NodeStatus, SwitchFailure, SwitchStatus};
+
+/// The path every endpoint lives under.
+pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";
+
+/// The largest request body the server accepts (a larger one is refused with
+/// 400 `INVALID_ARGUMENT`).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -1,0 +1,212 @@
+//! The status documents: a switch's progress ([`SwitchStatus`]) and one node's
+//! view ([`NodeStatus`], the answer of `GET /status`).
+
+use bkswitch_bk_router::ReadMode;
+use bkswitch_registry::SwitchDirective;
+use bkswitch_switch_orchestrator::{Counts, Phase};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::json::{array, i64_field, present, str_field, u64_field};
+
+/// A switch's progress (`SwitchStatus` of the API): the orchestrator's
+/// [`SwitchStatus`](bkswitch_switch_orchestrator::SwitchStatus) as a JSON
+/// document, answered by `POST /switch` and `POST /rollback` and embedded in
+/// [`NodeStatus`].
+///
+/// The server makes it with [`From`]; the client reads it through the
+/// accessors, which tolerate missing fields and unknown phases (see the
+/// [module docs](super)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SwitchStatus(pub Value);
+
+impl From<bkswitch_switch_orchestrator::SwitchStatus> for SwitchStatus {
+    fn from(status: bkswitch_switch_orchestrator::SwitchStatus) -> SwitchStatus {
+        // Serializing the record (plain fields, string keys) cannot fail.
+        SwitchStatus(serde_json::to_value(status).unwrap_or_default())
+    }
+}
+
+impl SwitchStatus {
+    /// The JSON as the server sent it.
+    pub fn raw(&self) -> &Value {
+        &self.0
+    }
+
+    /// The switch id.
+    pub fn switch_id(&self) -> Option<&str> {
+        str_field(&self.0, "switchId")
+    }
+
+    /// The directive epoch the switch runs under.
+    pub fn epoch(&self) -> Option<i64> {
+        i64_field(&self.0, "epoch")
+    }
+
+    /// The cluster ledgers are copied from.
+    pub fn source(&self) -> Option<&str> {
+        str_field(&self.0, "source")
+    }
+
+    /// The cluster ledgers are copied to.
+    pub fn target(&self) -> Option<&str> {
+        str_field(&self.0, "target")
+    }
+
+    /// The phase name as sent (also for phases this client does not know).
+    pub fn phase_name(&self) -> Option<&str> {
+        str_field(&self.0, "phase")
+    }
+
+    /// The phase, read as the orchestrator's [`Phase`]. A phase this client
+    /// does not know (sent by a newer server) falls back to `None` instead of
+    /// failing the answer; [`phase_name`](Self::phase_name) still gives it.
+    pub fn phase(&self) -> Option<Phase> {
+        self.0.get("phase").and_then(|v| Phase::deserialize(v).ok())
+    }
+
+    /// Whether the switch needs no more watching: traffic has moved
+    /// (`SWITCHED`) or the switch has ended (`DONE`, `DONE_WITH_FAILURES`,
+    /// `ROLLED_BACK`). A phase this client does not know is not settled.
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self.phase(),
+            Some(Phase::Switched | Phase::Done | Phase::DoneWithFailures | Phase::RolledBack)
+        )
+    }
+
+    /// The counters; missing ones read as 0.
+    pub fn counts(&self) -> Counts {
+        let c = self.0.get("counts").unwrap_or(&Value::Null);
+        Counts {
+            to_build: u64_field(c, "toBuild"),
+            built: u64_field(c, "built"),
+            failed: u64_field(c, "failed"),
+            promoted: u64_field(c, "promoted"),
+            rollover_fallback: u64_field(c, "rolloverFallback"),
+            deleted: u64_field(c, "deleted"),
+            rolled_back: u64_field(c, "rolledBack"),
+            obsolete: u64_field(c, "obsolete"),
+        }
+    }
+
+    /// When the switch was created (as sent: milliseconds since the Unix epoch).
+    pub fn created_at(&self) -> Option<&Value> {
+        present(&self.0, "createdAt")
+    }
+
+    /// When the record last changed.
+    pub fn updated_at(&self) -> Option<&Value> {
+        present(&self.0, "updatedAt")
+    }
+
+    /// Until when a rollback is possible.
+    pub fn rollback_deadline(&self) -> Option<&Value> {
+        present(&self.0, "rollbackDeadline")
+    }
+
+    /// The recorded failures.
+    pub fn failures(&self) -> Vec<SwitchFailure> {
+        array(&self.0, "failures", |f| SwitchFailure {
+            kind: str_field(f, "kind").map(str::to_owned),
+            ledger_id: i64_field(f, "ledgerId"),
+            path: str_field(f, "path").map(str::to_owned),
+            reason: str_field(f, "reason").map(str::to_owned),
+        })
+    }
+}
+
+/// One failure recorded by a switch, as the client reads it: every field is
+/// optional, so a failure of any shape is still shown. The server sends the
+/// orchestrator's [`Failure`](bkswitch_switch_orchestrator::Failure).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SwitchFailure {
+    /// What failed (`schema`, `cursor`, …).
+    pub kind: Option<String>,
+    /// The ledger concerned.
+    pub ledger_id: Option<i64>,
+    /// The metadata path concerned: the field `path`, as `API.md` names it.
+    /// (The orchestrator's `Failure` serializes it as `ownerPath`.)
+    pub path: Option<String>,
+    /// Why.
+    pub reason: Option<String>,
+}
+
+/// One node's view (`NodeStatus` of the API, the answer of `GET /status`):
+/// `{"nodeId","activeCluster","bootstrapCluster","readMode","epoch","directive","switch"}`.
+///
+/// The server makes it with [`NodeStatus::new`]; the client reads it through
+/// the accessors, which tolerate missing fields (see the [module docs](super)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeStatus(pub Value);
+
+impl NodeStatus {
+    /// The view of node `node_id`: where it creates new ledgers, its legacy
+    /// fallback cluster, its read mode, the last directive epoch it applied,
+    /// the current directive and the latest switch's progress.
+    pub fn new(
+        node_id: &str,
+        active_cluster: Option<String>,
+        bootstrap_cluster: Option<String>,
+        read_mode: ReadMode,
+        epoch: i64,
+        directive: Option<SwitchDirective>,
+        switch: Option<bkswitch_switch_orchestrator::SwitchStatus>,
+    ) -> NodeStatus {
+        NodeStatus(json!({
+            "nodeId": node_id,
+            "activeCluster": active_cluster,
+            "bootstrapCluster": bootstrap_cluster,
+            "readMode": read_mode.as_str(),
+            "epoch": epoch,
+            "directive": directive,
+            "switch": switch.map(|s| SwitchStatus::from(s).0),
+        }))
+    }
+
+    /// The JSON as the server sent it.
+    pub fn raw(&self) -> &Value {
+        &self.0
+    }
+
+    /// The node answering.
+    pub fn node_id(&self) -> Option<&str> {
+        str_field(&self.0, "nodeId")
+    }
+
+    /// The cluster new ledgers are created on.
+    pub fn active_cluster(&self) -> Option<&str> {
+        str_field(&self.0, "activeCluster")
+    }
+
+    /// The legacy fallback cluster ([I17](bkswitch_docs::invariants::I17)).
+    pub fn bootstrap_cluster(&self) -> Option<&str> {
+        str_field(&self.0, "bootstrapCluster")
+    }
+
+    /// The read mode in force, as sent.
+    pub fn read_mode(&self) -> Option<&str> {
+        str_field(&self.0, "readMode")
+    }
+
+    /// The epoch of the directive this node applied.
+    pub fn epoch(&self) -> Option<i64> {
+        i64_field(&self.0, "epoch")
+    }
+
+    /// The switch directive (`{"target","origin","epoch","ts"}`), if any.
+    pub fn directive(&self) -> Option<&Value> {
+        self.0.get("directive").filter(|v| v.is_object())
+    }
+
+    /// The switch this node knows of, if any.
+    pub fn switch(&self) -> Option<SwitchStatus> {
+        self.0
+            .get("switch")
+            .filter(|v| v.is_object())
+            .cloned()
+            .map(SwitchStatus)
+    }
+}
