@@ -298,3 +298,47 @@ impl Orchestrator {
         Ok(CursorFlip::Waiting)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_proto::ml::ManagedCursorInfo;
+
+    use super::*;
+
+    #[test]
+    fn an_unstamped_ledger_is_on_the_bootstrap_cluster() {
+        assert_eq!(classify(None, Some("old"), "old", "new"), StampIs::OnFrom);
+        assert_eq!(classify(None, Some("old"), "new", "old"), StampIs::OnTo);
+        assert_eq!(
+            classify(Some("new"), Some("old"), "old", "new"),
+            StampIs::OnTo
+        );
+        assert_eq!(
+            classify(Some("new"), Some("old"), "new", "old"),
+            StampIs::OnFrom
+        );
+        assert_eq!(
+            classify(Some("z"), Some("old"), "old", "new"),
+            StampIs::Elsewhere
+        );
+        assert_eq!(classify(None, None, "old", "new"), StampIs::Elsewhere);
+    }
+
+    #[test]
+    fn a_ledger_unstamped_before_the_switch_goes_back_unstamped() {
+        let legacy = ManagedCursorInfo {
+            cursors_ledger_id: 7,
+            ..Default::default()
+        };
+        let mut info = legacy.clone();
+        // Forward (the bootstrap cluster is the source): stamped to the target.
+        restamp(&mut info, true, Some("old"), "new").unwrap();
+        assert_eq!(info.cluster_stamp().unwrap(), Some("new"));
+        // Back to the bootstrap cluster: unstamped, as it was.
+        restamp(&mut info, true, Some("old"), "old").unwrap();
+        assert_eq!(info, legacy);
+        // A ledger that had a stamp keeps one.
+        restamp(&mut info, false, Some("old"), "old").unwrap();
+        assert_eq!(info.cluster_stamp().unwrap(), Some("old"));
+    }
+}
