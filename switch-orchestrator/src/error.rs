@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use bkswitch_bk_router::RouterError;
 use bkswitch_metadata_store::MetadataError;
 use bkswitch_registry::{PrecheckResult, RegistryError};
 
@@ -37,7 +38,7 @@ pub enum OrchestratorError {
     /// No cluster is ACTIVE in the registry, so there is no switch source.
     #[error("no bookie cluster is ACTIVE in the registry; start the storage (it registers its cluster) before switching")]
     NoActiveCluster,
-    /// The idgen precheck (I11) refused the switch.
+    /// The idgen precheck ([I11](bkswitch_docs::invariants::I11)) refused the switch.
     #[error("idgen precheck refused the switch from `{}` to `{}`: {} copied ledger id(s) are not below the target's next ledger id {} (at risk: {:?}); advance the target cluster's ledger id generator beyond {:?} and retry", .0.source_cluster_name, .0.target_cluster_name, .0.at_risk_ledger_count, .0.target_next_ledger_id, .0.at_risk_ledger_ids, .0.source_max_ledger_id.max(.0.source_next_ledger_id.map(|n| n - 1)))]
     PrecheckFailed(Box<PrecheckResult>),
     /// Another switch is still in progress.
@@ -114,6 +115,10 @@ pub enum OrchestratorError {
         cluster: String,
         /// What failed.
         reason: String,
+        /// The router's error, when the client came from the multi-cluster
+        /// storage (`None` for a cluster no client is configured for).
+        #[source]
+        source: Option<Box<RouterError>>,
     },
     /// The registry failed.
     #[error(transparent)]
@@ -143,6 +148,15 @@ pub enum OrchestratorError {
 }
 
 impl OrchestratorError {
+    /// A stored value at `path` that cannot be understood (or encoded), and
+    /// what is wrong with it.
+    pub(crate) fn corrupt(path: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        OrchestratorError::Corrupt {
+            path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+
     pub(crate) fn metadata(what: impl Into<String>, source: MetadataError) -> Self {
         OrchestratorError::Metadata {
             what: what.into(),

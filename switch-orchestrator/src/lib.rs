@@ -6,7 +6,11 @@ mod model;
 mod orchestrator;
 mod owners;
 mod scan;
-pub mod testing;
+pub mod testkit;
+
+/// The former name of [`testkit`]; `bkswitch-hardening`'s tests still use it.
+#[doc(hidden)]
+pub use testkit as testing;
 
 pub use error::{OrchestratorError, Result};
 pub use model::{

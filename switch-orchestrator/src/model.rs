@@ -106,7 +106,7 @@ pub enum LedgerState {
 pub struct LedgerRecord {
     /// Schema or cursor ledger.
     pub kind: LedgerKind,
-    /// The ledger id (the same on both clusters, I8).
+    /// The ledger id (the same on both clusters, [I8](bkswitch_docs::invariants::I8)).
     pub ledger_id: i64,
     /// The node that records the ledger: `/schemas/<id>` or the cursor node.
     pub owner_path: String,
@@ -118,7 +118,8 @@ pub struct LedgerRecord {
     pub cursor: Option<String>,
     /// The last entry id of the copy on the target.
     pub copied_last_entry_id: i64,
-    /// Whether the ledger had no stamp before the switch (legacy, I17).
+    /// Whether the ledger had no stamp before the switch (legacy,
+    /// [I17](bkswitch_docs::invariants::I17)).
     #[serde(default)]
     pub was_unstamped: bool,
     /// Whether a copy made by this switch exists on the target.

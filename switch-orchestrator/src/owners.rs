@@ -32,6 +32,7 @@ impl ClusterClients for MultiClusterManagedLedgerStorage {
             .map_err(|e| OrchestratorError::Client {
                 cluster: cluster.to_owned(),
                 reason: e.to_string(),
+                source: Some(Box::new(e)),
             })
     }
 }
@@ -64,6 +65,7 @@ impl ClusterClients for StaticClients {
             .ok_or_else(|| OrchestratorError::Client {
                 cluster: cluster.to_owned(),
                 reason: "no client is configured for this cluster".to_owned(),
+                source: None,
             })
     }
 }
@@ -160,12 +162,13 @@ impl PromoteError {
 }
 
 /// Runs a cursor PROMOTE on the node that owns the cursor, under the cursor
-/// lock (I13).
+/// lock ([I13](bkswitch_docs::invariants::I13)).
 ///
 /// # Contract
 ///
 /// Changes only the stamp when the cursor ledger still is
-/// `expected_cursors_ledger_id` and holds exactly the copied entries (I9);
+/// `expected_cursors_ledger_id` and holds exactly the copied entries
+/// ([I9](bkswitch_docs::invariants::I9));
 /// rolls the cursor over onto a new ledger on the target when it holds more;
 /// refuses with [`PromoteError::RolledOver`] when the cursor records another
 /// ledger. Idempotent.
@@ -205,7 +208,8 @@ impl TopicOwners for NoOwners {
 }
 
 /// The managed ledgers open in this process: the owner side of cursor PROMOTE
-/// for an in-process coordinator, and the forced rollover of SPEC §5.2.
+/// for an in-process coordinator, and the forced rollover of
+/// [design §5.2](bkswitch_docs::design).
 #[derive(Debug, Clone, Default)]
 pub struct LocalTopics {
     topics: Arc<parking_lot::Mutex<BTreeMap<String, ManagedLedger>>>,
@@ -248,7 +252,8 @@ impl LocalTopics {
 
     /// Rolls over every open managed ledger, at most `rate_per_sec` per second
     /// (values below 1 count as 1), so that new entries land on the active
-    /// cluster without waiting for the natural rollover (SPEC §5.2).
+    /// cluster without waiting for the natural rollover
+    /// ([design §5.2](bkswitch_docs::design)).
     pub async fn force_rollover(&self, rate_per_sec: u32) -> RolloverReport {
         let pause = Duration::from_secs(1) / rate_per_sec.max(1);
         let mut report = RolloverReport::default();

@@ -29,7 +29,8 @@ pub(crate) struct Found {
 }
 
 impl Found {
-    /// The cluster that holds the ledger: its stamp, or the bootstrap cluster (I17).
+    /// The cluster that holds the ledger: its stamp, or the bootstrap cluster
+    /// ([I17](bkswitch_docs::invariants::I17)).
     pub(crate) fn cluster<'a>(&'a self, bootstrap: Option<&'a str>) -> Option<&'a str> {
         self.stamp.as_deref().or(bootstrap)
     }

@@ -11,7 +11,8 @@ use bkswitch_switch_orchestrator::{CleanupOptions, LedgerState, Phase};
 use common::*;
 
 /// BUILD + PROMOTE with producers and consumers running, then crash/reopen
-/// every cursor, then cleanup (SPEC §5.1, I8, I9, I10, I12).
+/// every cursor, then cleanup (docs/DESIGN.md §5.1; I8, I9, I10, I12 of
+/// docs/INVARIANTS.md).
 async fn main_scenario(store: Arc<dyn MetadataStore>) {
     let env = env(store.clone()).await;
     let mls = env.populate(6, 4).await;

@@ -19,7 +19,7 @@ use bkswitch_switch_orchestrator::{
 };
 use tokio::task::JoinHandle;
 
-pub use bkswitch_switch_orchestrator::testing::{EmbeddedStack, NEW, OLD};
+pub use bkswitch_switch_orchestrator::testkit::{EmbeddedStack, NEW, OLD};
 
 /// The crate's embedded stack plus the helpers of these tests.
 pub struct Env(pub EmbeddedStack);

@@ -8,7 +8,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use bkswitch_metadata_store::MemoryStore;
-//! use bkswitch_switch_orchestrator::testing::{EmbeddedStack, NEW};
+//! use bkswitch_switch_orchestrator::testkit::{EmbeddedStack, NEW};
 //!
 //! let stack = EmbeddedStack::start(Arc::new(MemoryStore::new()), true).await.unwrap();
 //! let orchestrator = stack.orchestrator(Default::default());
@@ -36,7 +36,8 @@ pub const OLD: &str = "old";
 /// The STANDBY cluster a switch moves to.
 pub const NEW: &str = "new";
 /// Where [`EmbeddedStack::start`] starts `new`'s ledger ids when asked to
-/// advance them (as an operator does before a switch, I11).
+/// advance them (as an operator does before a switch,
+/// [I11](bkswitch_docs::invariants::I11)).
 pub const NEW_FIRST_LEDGER_ID: i64 = 1_000_000;
 
 /// Why an [`EmbeddedStack`] could not start or be changed.

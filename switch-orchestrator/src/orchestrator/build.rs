@@ -1,0 +1,241 @@
+//! BUILD: copying schema and cursor ledgers to the target with their ids
+//! ([I8](bkswitch_docs::invariants::I8)), and the copies' later life —
+//! refreshed when a cursor ledger grew after its copy, deleted when nothing
+//! will route to them.
+
+use std::sync::atomic::Ordering;
+
+use bkswitch_bk_client::BookKeeperExt;
+use bkswitch_ledger_copy::{
+    copy_ledger_preserving_ids, CopyError, CopyOptions, CopyOutcome, CopyReport,
+};
+use bkswitch_proto::schema::SchemaLocator;
+use bkswitch_proto::Message;
+
+use super::{Ctx, Orchestrator};
+use crate::error::Result;
+use crate::model::{LedgerKind, LedgerRecord, LedgerState};
+use crate::scan::{decode_cursor, Found};
+
+/// Whether the target's copy of a cursor ledger holds every entry of the
+/// sealed source ledger ([`Orchestrator::refresh_copy`]).
+pub(super) enum CopyCheck {
+    /// It does.
+    Current,
+    /// It did not and was copied again (the record is updated).
+    Replaced,
+    /// The source could not be sealed or copied again: why.
+    Failed(String),
+}
+
+impl Orchestrator {
+    /// Copies `found` to the target, schema and cursor ledgers in two stages
+    /// at once, and records each ledger (BUILT, FAILED or OBSOLETE).
+    pub(super) async fn build(&self, ctx: &Ctx, found: Vec<Found>) -> Result<()> {
+        let (schemas, cursors): (Vec<Found>, Vec<Found>) = found
+            .into_iter()
+            .partition(|f| f.kind == LedgerKind::Schema);
+        let (a, b) = futures::join!(
+            self.stage(schemas, |f| self.build_one(ctx, f)),
+            self.stage(cursors, |f| self.build_one(ctx, f)),
+        );
+        a.and(b)
+    }
+
+    fn copy_options(&self, kind: LedgerKind) -> CopyOptions {
+        let cfg = &self.inner.config;
+        let opts = match kind {
+            LedgerKind::Schema => {
+                CopyOptions::new(cfg.schema_digest_type, cfg.schema_password.clone())
+            }
+            LedgerKind::Cursor => {
+                CopyOptions::new(cfg.cursor_digest_type, cfg.cursor_password.clone())
+            }
+        };
+        opts.with_window(cfg.copy_window.max(1))
+    }
+
+    /// Copies one ledger; a copy whose destination holds a leftover of ours
+    /// (interrupted or stale copy) is deleted and copied again once.
+    async fn copy(
+        &self,
+        ctx: &Ctx,
+        kind: LedgerKind,
+        ledger_id: i64,
+    ) -> Result<std::result::Result<CopyReport, CopyError>> {
+        let opts = self.copy_options(kind);
+        fail_point!("orchestrator::copy");
+        let mut result =
+            copy_ledger_preserving_ids(ledger_id, ctx.src.as_ref(), ctx.dst.as_ref(), &opts).await;
+        if matches!(result, Err(CopyError::Mismatch { .. })) && ctx.own_target_ids {
+            // The precheck proved the target never hands out this id itself, so
+            // the ledger there is a copy of ours that is stale or partial.
+            tracing::warn!(ledger_id, cluster = %ctx.target,
+                "replacing a stale or partial copy on the target");
+            fail_point!("orchestrator::delete_target_copy");
+            if ctx.dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
+                fail_point!("orchestrator::copy");
+                result = copy_ledger_preserving_ids(
+                    ledger_id,
+                    ctx.src.as_ref(),
+                    ctx.dst.as_ref(),
+                    &opts,
+                )
+                .await;
+            }
+        }
+        if let Ok(report) = &result {
+            match report.outcome {
+                CopyOutcome::Copied => self.inner.copied.fetch_add(1, Ordering::Relaxed),
+                CopyOutcome::AlreadyPresent => {
+                    self.inner.already_present.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
+        Ok(result)
+    }
+
+    async fn build_one(&self, ctx: &Ctx, f: Found) -> Result<()> {
+        let copied = self.copy(ctx, f.kind, f.ledger_id).await?;
+        let mut rec = LedgerRecord {
+            kind: f.kind,
+            ledger_id: f.ledger_id,
+            owner_path: f.owner_path.clone(),
+            managed_ledger: f.managed_ledger.clone(),
+            cursor: f.cursor.clone(),
+            copied_last_entry_id: -1,
+            was_unstamped: f.stamp.is_none(),
+            target_copy: false,
+            already_present: false,
+            state: LedgerState::Built,
+            was_promoted: false,
+            rollover_ledger_id: None,
+            deleted_from: None,
+            reason: None,
+            updated_at: 0,
+        };
+        match copied {
+            Ok(report) => {
+                rec.copied_last_entry_id = report.last_entry_id;
+                rec.target_copy = true;
+                rec.already_present = report.outcome == CopyOutcome::AlreadyPresent;
+            }
+            Err(e) if !self.still_referenced(&f).await? => {
+                // A live cursor rolled over (or the schema/cursor was deleted)
+                // between the scan and the copy: the ledger is gone and nothing
+                // points to it any more. Nothing to move.
+                tracing::info!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
+                    "ledger no longer referenced; nothing to copy");
+                rec.state = LedgerState::Obsolete;
+                rec.reason = Some(format!(
+                    "`{}` no longer references ledger {} (rolled over or deleted before the copy)",
+                    f.owner_path, f.ledger_id
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
+                    "ledger copy failed; it stays on the source");
+                rec.state = LedgerState::Failed;
+                rec.reason = Some(format!(
+                    "{e}{}",
+                    if e.is_retryable() {
+                        " (retryable: start a new switch later to move it)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        self.put_ledger(&ctx.id, &mut rec).await
+    }
+
+    /// Whether the metadata that named `f`'s ledger at scan time still names it.
+    async fn still_referenced(&self, f: &Found) -> Result<bool> {
+        let Some(r) = self.read_node(&f.owner_path).await? else {
+            return Ok(false);
+        };
+        Ok(match f.kind {
+            LedgerKind::Cursor => {
+                decode_cursor(&r.value).is_some_and(|info| info.cursors_ledger_id == f.ledger_id)
+            }
+            LedgerKind::Schema => SchemaLocator::decode(r.value.as_slice()).map_or(true, |loc| {
+                std::iter::once(&loc.info)
+                    .chain(loc.index.iter())
+                    .any(|e| e.position.ledger_id == f.ledger_id)
+            }),
+        })
+    }
+
+    /// Deletes the target's copy of a ledger nothing will route to; a failed
+    /// deletion is left to cleanup.
+    pub(super) async fn delete_target_copy(&self, ctx: &Ctx, rec: &mut LedgerRecord) -> Result<()> {
+        if !rec.target_copy {
+            return Ok(());
+        }
+        fail_point!("orchestrator::delete_target_copy");
+        match ctx.dst.delete_ledger_if_exists(rec.ledger_id).await {
+            Ok(_) => rec.target_copy = false,
+            Err(e) => {
+                tracing::warn!(ledger_id = rec.ledger_id, error = %e,
+                    "unreferenced copy not deleted from the target; cleanup retries");
+            }
+        }
+        Ok(())
+    }
+
+    /// Before the coordinator promotes a cursor no node owns: seals the source
+    /// ledger and, when it holds more than the copy, replaces the copy with
+    /// one of the sealed ledger.
+    pub(super) async fn refresh_copy(
+        &self,
+        ctx: &Ctx,
+        rec: &mut LedgerRecord,
+    ) -> Result<CopyCheck> {
+        let lac = match self.sealed_lac(ctx, rec.ledger_id).await {
+            Ok(lac) => lac,
+            Err(reason) => return Ok(CopyCheck::Failed(reason)),
+        };
+        if lac == rec.copied_last_entry_id {
+            return Ok(CopyCheck::Current);
+        }
+        // The copy is stale: replace it with one of the sealed ledger.
+        self.delete_target_copy(ctx, rec).await?;
+        match self.copy(ctx, LedgerKind::Cursor, rec.ledger_id).await? {
+            Ok(report) => {
+                rec.copied_last_entry_id = report.last_entry_id;
+                rec.target_copy = true;
+                self.put_ledger(&ctx.id, rec).await?;
+                Ok(CopyCheck::Replaced)
+            }
+            Err(e) => Ok(CopyCheck::Failed(format!(
+                "re-copying the sealed cursor ledger failed: {e}"
+            ))),
+        }
+    }
+
+    /// The last entry of the source ledger once sealed (recovery-open when it
+    /// is still open: there is no live writer, the topic has no owner).
+    async fn sealed_lac(&self, ctx: &Ctx, ledger_id: i64) -> std::result::Result<i64, String> {
+        let cfg = &self.inner.config;
+        let h = ctx
+            .src
+            .open_ledger_no_recovery(ledger_id, cfg.cursor_digest_type, &cfg.cursor_password)
+            .await
+            .map_err(|e| format!("cannot open the source cursor ledger: {e}"))?;
+        let lac = if h.is_closed() {
+            h.last_add_confirmed()
+        } else {
+            let _ = h.close().await;
+            let h = ctx
+                .src
+                .open_ledger(ledger_id, cfg.cursor_digest_type, &cfg.cursor_password)
+                .await
+                .map_err(|e| format!("cannot recover the source cursor ledger: {e}"))?;
+            let lac = h.last_add_confirmed();
+            let _ = h.close().await;
+            return Ok(lac);
+        };
+        let _ = h.close().await;
+        Ok(lac)
+    }
+}

@@ -1,0 +1,470 @@
+//! The coordinator: BUILD → PROMOTE → CLEANUP, ROLLBACK, resume.
+//!
+//! [`Orchestrator`] is the whole public surface; each of its steps lives in a
+//! file of its own:
+//!
+//! | file | concern |
+//! | --- | --- |
+//! | `mod.rs` | the type, its configuration, construction and public methods |
+//! | `records.rs` | the switch record, the per-ledger records, the switch lease, status counts |
+//! | `start.rs` | `start_switch` and the idgen precheck; the directive goes through the registry |
+//! | `resume.rs` | the BUILD/PROMOTE passes of `run`, `resume`, `resume_all` |
+//! | `build.rs` | BUILD: copies on the target (made, refreshed, deleted) |
+//! | `flip.rs` | the stamp flip, one routine for PROMOTE and ROLLBACK |
+//! | `promote.rs` | PROMOTE: the forward flip and what it records |
+//! | `rollback.rs` | ROLLBACK: the flip back and what it records |
+//! | `cleanup.rs` | CLEANUP: deleting unused copies, the status flip |
+//! | `stage.rs` | running a stage with at most `migration_concurrency` steps in flight |
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bkswitch_bk_client::{BookKeeper, DigestType};
+use bkswitch_managed_ledger::schema::SchemaStorageOptions;
+use bkswitch_metadata_store::MetadataStore;
+use bkswitch_mledger_spi::ManagedLedgerConfig;
+use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
+
+#[cfg(doc)]
+use crate::error::OrchestratorError;
+use crate::error::Result;
+use crate::model::{
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, SwitchRecord, SwitchStatus,
+};
+use crate::owners::{ClusterClients, TopicOwners};
+
+/// A failpoint of the switch path: with the `failpoints` feature, configuring
+/// `name` makes the enclosing step return [`OrchestratorError::Injected`]. The
+/// names are listed in [`FAILPOINTS`](crate::FAILPOINTS).
+macro_rules! fail_point {
+    ($name:expr) => {{
+        // Names the point even when failpoints are compiled out.
+        let _: &'static str = $name;
+        fail::fail_point!($name, |_| Err($crate::OrchestratorError::Injected {
+            point: $name
+        }))
+    }};
+}
+
+mod build;
+mod cleanup;
+mod flip;
+mod promote;
+mod records;
+mod resume;
+mod rollback;
+mod stage;
+mod start;
+
+/// At most this many failures are listed in a switch record and a status.
+pub const MAX_FAILURES_LISTED: usize = 100;
+
+/// Settings of an [`Orchestrator`] ([design §3](bkswitch_docs::design) defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrchestratorConfig {
+    /// Ledgers copied at once per stage (`migrationConcurrency`, 16).
+    pub migration_concurrency: usize,
+    /// How long a switch can be rolled back after SWITCHED (`rollbackWindowHours`, 24 h).
+    pub rollback_window: Duration,
+    /// Digest type of cursor ledgers (as the managed ledgers are configured).
+    pub cursor_digest_type: DigestType,
+    /// Password of cursor ledgers.
+    pub cursor_password: Vec<u8>,
+    /// Digest type of schema ledgers (as the schema storage is configured).
+    pub schema_digest_type: DigestType,
+    /// Password of schema ledgers.
+    pub schema_password: Vec<u8>,
+    /// Compare-and-set attempts per schema locator or cursor node (5,
+    /// [I10](bkswitch_docs::invariants::I10)).
+    pub max_schema_cas_attempts: usize,
+    /// Skip the idgen precheck (lab only, [I11](bkswitch_docs::invariants::I11)).
+    pub skip_idgen_precheck: bool,
+    /// Entries in flight per copied ledger.
+    pub copy_window: usize,
+    /// Attempts per cursor owner call that answers "unavailable".
+    pub promote_attempts: usize,
+    /// Pause between those attempts.
+    pub promote_retry_delay: Duration,
+    /// BUILD/PROMOTE passes per run before giving up with
+    /// [`OrchestratorError::NotConverged`] (ledgers keep appearing on the source
+    /// until every node applied the switch).
+    pub max_passes: usize,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        let ml = ManagedLedgerConfig::default();
+        let schema = SchemaStorageOptions::default().ledger_config;
+        OrchestratorConfig {
+            migration_concurrency: 16,
+            rollback_window: Duration::from_secs(24 * 3600),
+            cursor_digest_type: ml.digest_type,
+            cursor_password: ml.password,
+            schema_digest_type: schema.digest_type,
+            schema_password: schema.password,
+            max_schema_cas_attempts: 5,
+            skip_idgen_precheck: false,
+            copy_window: 64,
+            promote_attempts: 10,
+            promote_retry_delay: Duration::from_millis(200),
+            max_passes: 10,
+        }
+    }
+}
+
+impl OrchestratorConfig {
+    /// Sets the rollback window.
+    pub fn with_rollback_window(mut self, window: Duration) -> Self {
+        self.rollback_window = window;
+        self
+    }
+
+    /// Sets the copy concurrency (at least 1).
+    pub fn with_migration_concurrency(mut self, n: usize) -> Self {
+        self.migration_concurrency = n.max(1);
+        self
+    }
+
+    /// Skips the idgen precheck (lab only).
+    pub fn with_skip_idgen_precheck(mut self, skip: bool) -> Self {
+        self.skip_idgen_precheck = skip;
+        self
+    }
+
+    /// Sets the cursor-owner retry policy.
+    pub fn with_promote_retry(mut self, attempts: usize, delay: Duration) -> Self {
+        self.promote_attempts = attempts.max(1);
+        self.promote_retry_delay = delay;
+        self
+    }
+}
+
+/// Copy outcomes of one orchestrator instance (the ledger records keep them too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Ledgers copied.
+    pub copied: u64,
+    /// Copies that found an identical ledger on the target.
+    pub already_present: u64,
+}
+
+struct Inner {
+    store: Arc<dyn MetadataStore>,
+    registry: Registry,
+    clients: Arc<dyn ClusterClients>,
+    owners: Arc<dyn TopicOwners>,
+    config: OrchestratorConfig,
+    idgen: Arc<dyn IdgenSource>,
+    lock: tokio::sync::Mutex<()>,
+    copied: AtomicU64,
+    already_present: AtomicU64,
+    /// This coordinator's identity in switch leases.
+    instance: String,
+}
+
+/// The switch coordinator; see the [crate docs](crate). Cheap to clone.
+#[derive(Clone)]
+pub struct Orchestrator {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Orchestrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orchestrator")
+            .field("root", &self.inner.registry.root())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one run knows about the switch. The clusters are named as the switch
+/// goes (`source` → `target`); a rollback flips the other way with the same
+/// context (see `flip::Direction`).
+struct Ctx {
+    id: String,
+    source: String,
+    target: String,
+    bootstrap: Option<String>,
+    src: Arc<dyn BookKeeper>,
+    dst: Arc<dyn BookKeeper>,
+    /// Whether a ledger found on the target under a copied id can only be a
+    /// leftover copy of ours (the idgen precheck passed).
+    own_target_ids: bool,
+}
+
+impl Orchestrator {
+    /// A coordinator on `store` (the broker metadata store), the cluster
+    /// `registry`, the clusters' `clients` and the topic `owners`. Reads next
+    /// ledger ids for the precheck from ZooKeeper ([`ZkIdgenSource`]); see
+    /// [`with_idgen`](Self::with_idgen).
+    pub fn new(
+        store: Arc<dyn MetadataStore>,
+        registry: Registry,
+        clients: Arc<dyn ClusterClients>,
+        owners: Arc<dyn TopicOwners>,
+        config: OrchestratorConfig,
+    ) -> Orchestrator {
+        Orchestrator {
+            inner: Arc::new(Inner {
+                store,
+                registry,
+                clients,
+                owners,
+                config,
+                idgen: Arc::new(ZkIdgenSource::default()),
+                lock: tokio::sync::Mutex::new(()),
+                copied: AtomicU64::new(0),
+                already_present: AtomicU64::new(0),
+                instance: new_instance_id(),
+            }),
+        }
+    }
+
+    /// Uses `idgen` to read next ledger ids for the precheck.
+    pub fn with_idgen(self, idgen: Arc<dyn IdgenSource>) -> Orchestrator {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            store: shared.store.clone(),
+            registry: shared.registry.clone(),
+            clients: shared.clients.clone(),
+            owners: shared.owners.clone(),
+            config: shared.config.clone(),
+            idgen: shared.idgen.clone(),
+            lock: tokio::sync::Mutex::new(()),
+            copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
+            already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            instance: shared.instance.clone(),
+        });
+        Orchestrator {
+            inner: Arc::new(Inner { idgen, ..inner }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OrchestratorConfig {
+        &self.inner.config
+    }
+
+    /// Copy outcomes of this instance.
+    pub fn copy_stats(&self) -> CopyStats {
+        CopyStats {
+            copied: self.inner.copied.load(Ordering::Relaxed),
+            already_present: self.inner.already_present.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `<registry root>/orchestrator`.
+    pub fn records_root(&self) -> String {
+        format!("{}/orchestrator", self.inner.registry.root())
+    }
+
+    /// Every recorded switch id, by ascending epoch.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::Metadata`].
+    pub async fn switch_ids(&self) -> Result<Vec<String>> {
+        self.recorded_switch_ids().await
+    }
+
+    /// The status of a switch, with counts computed from its ledger records.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::NoSuchSwitch`], [`OrchestratorError::Corrupt`],
+    /// [`OrchestratorError::Metadata`].
+    pub async fn status(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.read_status(switch_id).await
+    }
+
+    /// The status of the latest switch, if any.
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Self::status).
+    pub async fn current_status(&self) -> Result<Option<SwitchStatus>> {
+        match self.switch_ids().await?.pop() {
+            Some(id) => Ok(Some(self.status(&id).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every ledger record of a switch, by key (`<kind>-<ledgerId>`).
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Self::status).
+    pub async fn ledger_records(&self, switch_id: &str) -> Result<Vec<LedgerRecord>> {
+        self.load(switch_id).await?;
+        Ok(self.list_ledgers(switch_id).await?.into_values().collect())
+    }
+
+    /// Starts a switch to `target`: validates it, runs the idgen precheck
+    /// ([I11](bkswitch_docs::invariants::I11)), writes the switch directive
+    /// (every node then creates new ledgers on `target`) and records the
+    /// switch (phase BUILD). Idempotent: a switch to the directive's current
+    /// target returns the recorded switch. Call [`run`](Self::run) next.
+    ///
+    /// Two starts at once (on different nodes) cannot both win: the directive
+    /// is written with a CAS against the version read while validating, and a
+    /// directive that no switch record accounts for yet counts as a switch in
+    /// progress. The loser gets [`OrchestratorError::SwitchInProgress`] naming
+    /// the winner's epoch and target, and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::UnknownCluster`], [`OrchestratorError::ClusterDeprecated`],
+    /// [`OrchestratorError::AlreadyActive`], [`OrchestratorError::NoActiveCluster`],
+    /// [`OrchestratorError::SwitchInProgress`], [`OrchestratorError::PrecheckFailed`]
+    /// (nothing written in all these cases); registry and store errors.
+    pub async fn start_switch(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
+        self.start(target, origin).await
+    }
+
+    /// Runs the idgen precheck ([I11](bkswitch_docs::invariants::I11)) for a
+    /// switch from the ACTIVE cluster to `target`, over every schema and
+    /// cursor ledger the switch would copy (those stamped to the ACTIVE
+    /// cluster; unstamped ones count for the bootstrap cluster). Writes
+    /// nothing; `ready` may be false.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::UnknownCluster`], [`OrchestratorError::NoActiveCluster`],
+    /// registry errors of the precheck, store errors of the scan.
+    pub async fn precheck(&self, target: &str) -> Result<PrecheckResult> {
+        self.precheck_to(target).await
+    }
+
+    /// Resumes every switch that still needs BUILD/PROMOTE (or a rollback that
+    /// was interrupted); returns their statuses.
+    ///
+    /// # Errors
+    ///
+    /// The first error of [`run`](Self::run) / [`rollback`](Self::rollback).
+    pub async fn resume_all(&self) -> Result<Vec<SwitchStatus>> {
+        self.resume_unfinished().await
+    }
+
+    /// Continues a switch where it stopped
+    /// ([I6](bkswitch_docs::invariants::I6)): the same as [`run`](Self::run),
+    /// or finishes an interrupted rollback.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    pub async fn resume(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.resume_one(switch_id).await
+    }
+
+    /// BUILD then PROMOTE, until no schema or cursor ledger is stamped to the
+    /// source except failed ones; the switch then is SWITCHED with its rollback
+    /// window open. Every step is recorded before the next, so a crash at any
+    /// point is resumed by calling `run` again (no ledger is copied twice). A
+    /// switch already SWITCHED (or later) returns its status.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::NotConverged`] when ledgers are still waiting (cursor
+    /// owners unavailable, contended locators): call again;
+    /// [`OrchestratorError::WrongPhase`] during a rollback; store, registry and
+    /// client errors.
+    pub async fn run(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.leased(switch_id, self.run_passes(switch_id)).await
+    }
+
+    /// The copies [`cleanup`](Self::cleanup) would delete now.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::NoSuchSwitch`]; store errors.
+    pub async fn cleanup_targets(&self, switch_id: &str) -> Result<Vec<CleanupTarget>> {
+        self.unused_copies(switch_id).await
+    }
+
+    /// Deletes the copies that are no longer used: after a switch the old
+    /// cluster's copies of promoted ledgers, after a rollback the target's
+    /// copies. A dry run (the default) only lists them. When everything is
+    /// deleted, a forward switch flips the statuses (old → DEPRECATED, then
+    /// new → ACTIVE, two CAS through [`Registry::promote_active`],
+    /// [I12](bkswitch_docs::invariants::I12)) and ends DONE or
+    /// DONE_WITH_FAILURES. A real cleanup holds the switch's lease.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::InsideRollbackWindow`] without `force` inside the
+    /// window (a dry run is always allowed), [`OrchestratorError::WrongPhase`]
+    /// before SWITCHED (nothing written); store, registry and client errors.
+    pub async fn cleanup(&self, switch_id: &str, opts: CleanupOptions) -> Result<CleanupReport> {
+        if opts.dry_run {
+            return self.clean_up(switch_id, opts).await;
+        }
+        self.leased(switch_id, self.clean_up(switch_id, opts)).await
+    }
+
+    /// Rolls a switch back inside its window and before cleanup deleted
+    /// anything: writes a directive back to the source (every node creates new
+    /// ledgers there again), flips every promoted stamp back (schema centrally,
+    /// cursors through their owners with the same primitive, or by the
+    /// coordinator), and records the target copies for deletion by a later
+    /// [`cleanup`](Self::cleanup). Ledgers created on the target after the
+    /// switch stay there (they route by their stamp). Resumable and idempotent.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::RollbackWindowClosed`], [`OrchestratorError::CleanupStarted`],
+    /// [`OrchestratorError::PrecheckFailed`] (nothing written);
+    /// [`OrchestratorError::NotConverged`] when some stamps could not be
+    /// flipped yet (call again); store, registry and client errors.
+    pub async fn rollback(&self, switch_id: &str) -> Result<SwitchStatus> {
+        self.leased(switch_id, self.roll_back(switch_id)).await
+    }
+
+    /// What a run of the switch `rec` works with: its clusters' clients and the
+    /// bootstrap cluster.
+    async fn ctx(&self, rec: &SwitchRecord) -> Result<Ctx> {
+        Ok(Ctx {
+            id: rec.switch_id.clone(),
+            source: rec.source.clone(),
+            target: rec.target.clone(),
+            bootstrap: self.bootstrap_cluster().await?,
+            src: self.inner.clients.client(&rec.source).await?,
+            dst: self.inner.clients.client(&rec.target).await?,
+            own_target_ids: rec.precheck_passed,
+        })
+    }
+
+    /// The bootstrap cluster: the one unstamped ledgers belong to
+    /// ([I17](bkswitch_docs::invariants::I17)).
+    async fn bootstrap_cluster(&self) -> Result<Option<String>> {
+        Ok(self
+            .inner
+            .registry
+            .bootstrap()
+            .await?
+            .map(|b| b.bootstrap_cluster_name))
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// The end of a rollback window of `window` opened at `from_ms`.
+fn window_end(from_ms: i64, window: Duration) -> i64 {
+    from_ms.saturating_add(window.as_millis().min(i64::MAX as u128) as i64)
+}
+
+/// A process-unique identity for an orchestrator's leases.
+fn new_instance_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        now_ms(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}

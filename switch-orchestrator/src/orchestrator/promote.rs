@@ -1,0 +1,123 @@
+//! PROMOTE: the forward flip of every BUILT ledger, and what it records.
+//! Schema locators are flipped centrally ([I14](bkswitch_docs::invariants::I14)),
+//! cursors by their owners or the coordinator (see `flip.rs`).
+
+use std::collections::BTreeMap;
+
+use super::flip::{CursorFlip, Direction};
+use super::{Ctx, Orchestrator};
+use crate::error::Result;
+use crate::model::{LedgerKind, LedgerRecord, LedgerState};
+
+impl Orchestrator {
+    /// Flips every BUILT ledger of the switch to the target: the schema and
+    /// the cursor stage at once.
+    pub(super) async fn promote(&self, ctx: &Ctx) -> Result<()> {
+        let records = self.list_ledgers(&ctx.id).await?;
+        let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
+        let mut cursors = Vec::new();
+        for r in records
+            .into_values()
+            .filter(|r| r.state == LedgerState::Built)
+        {
+            match r.kind {
+                LedgerKind::Schema => by_locator.entry(r.owner_path.clone()).or_default().push(r),
+                LedgerKind::Cursor => cursors.push(r),
+            }
+        }
+        let (a, b) = futures::join!(
+            self.stage(by_locator, |(path, recs)| self
+                .promote_schema(ctx, path, recs)),
+            self.stage(cursors, |r| self.promote_cursor(ctx, r)),
+        );
+        a.and(b)
+    }
+
+    /// Schema PROMOTE of one locator, centrally
+    /// ([I10](bkswitch_docs::invariants::I10), [I14](bkswitch_docs::invariants::I14)).
+    async fn promote_schema(
+        &self,
+        ctx: &Ctx,
+        path: String,
+        mut recs: Vec<LedgerRecord>,
+    ) -> Result<()> {
+        let Some(on_target) = self
+            .flip_locator(ctx, Direction::Promote, &path, &recs)
+            .await?
+        else {
+            return Ok(());
+        };
+        for rec in &mut recs {
+            if on_target.contains(&rec.ledger_id) {
+                self.set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                    .await?;
+            } else {
+                self.obsolete(ctx, rec, "the schema version was deleted before PROMOTE")
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cursor PROMOTE: on the owner ([I13](bkswitch_docs::invariants::I13)),
+    /// or by the coordinator when no node owns the topic.
+    async fn promote_cursor(&self, ctx: &Ctx, mut rec: LedgerRecord) -> Result<()> {
+        let rec = &mut rec;
+        match self.flip_cursor(ctx, Direction::Promote, rec).await? {
+            CursorFlip::Done => {
+                self.set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                    .await
+            }
+            CursorFlip::RolledOverByOwner(new_id) | CursorFlip::MovedOn(new_id) => {
+                self.rolled_over(ctx, rec, new_id).await
+            }
+            CursorFlip::Gone => {
+                self.obsolete(ctx, rec, "the cursor was deleted before PROMOTE")
+                    .await
+            }
+            CursorFlip::Elsewhere(stamp) => {
+                let reason = format!(
+                    "the cursor ledger is stamped to {stamp:?}, neither `{}` nor `{}`",
+                    ctx.source, ctx.target
+                );
+                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .await
+            }
+            CursorFlip::Refused(e) => {
+                let ml = rec.managed_ledger.clone().unwrap_or_default();
+                let reason = format!("the owner of `{ml}` refused: {e}");
+                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .await
+            }
+            CursorFlip::Failed(reason) => {
+                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .await
+            }
+            CursorFlip::Waiting => Ok(()),
+        }
+    }
+
+    /// The cursor moved on to `new_id` (on the target): the copy is not
+    /// referenced any more (`promotedViaRolloverFallback`).
+    async fn rolled_over(&self, ctx: &Ctx, rec: &mut LedgerRecord, new_id: i64) -> Result<()> {
+        self.delete_target_copy(ctx, rec).await?;
+        rec.rollover_ledger_id = Some(new_id);
+        self.set_state(
+            &ctx.id,
+            rec,
+            LedgerState::RolledOver,
+            Some(format!(
+                "promotedViaRolloverFallback: the cursor moved on to ledger {new_id}"
+            )),
+        )
+        .await
+    }
+
+    /// The metadata that named the ledger went away before PROMOTE: its copy
+    /// is not needed.
+    async fn obsolete(&self, ctx: &Ctx, rec: &mut LedgerRecord, reason: &str) -> Result<()> {
+        self.delete_target_copy(ctx, rec).await?;
+        self.set_state(&ctx.id, rec, LedgerState::Obsolete, Some(reason.to_owned()))
+            .await
+    }
+}

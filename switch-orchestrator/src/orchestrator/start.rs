@@ -1,0 +1,210 @@
+//! Starting a switch: validating the target, the idgen precheck
+//! ([I11](bkswitch_docs::invariants::I11)), the switch directive (read and
+//! written through the registry's directive API) and the first switch record.
+
+use bkswitch_metadata_store::ExpectedVersion;
+use bkswitch_registry::{ClusterStatus, PrecheckResult, RegistryError, SwitchDirective};
+
+use super::{now_ms, Orchestrator};
+use crate::error::{OrchestratorError, Result};
+use crate::model::{Counts, Phase, SwitchRecord, SwitchStatus};
+use crate::scan::scan;
+
+impl Orchestrator {
+    /// [`Orchestrator::start_switch`].
+    pub(super) async fn start(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
+        let _guard = self.inner.lock.lock().await;
+        let registry = &self.inner.registry;
+        let Some(record) = registry.get(target).await? else {
+            return Err(OrchestratorError::UnknownCluster {
+                name: target.to_owned(),
+            });
+        };
+        // The directive as validated: the directive write below is a CAS
+        // against this version, so two nodes starting switches at once cannot
+        // both write one (the loser's CAS fails and nothing is written).
+        let seen = registry.switch_directive_versioned().await?;
+        if let Some((d, _)) = &seen {
+            if d.target == target {
+                match self.load(&d.epoch.to_string()).await {
+                    Ok(_) => return self.status(&d.epoch.to_string()).await,
+                    Err(OrchestratorError::NoSuchSwitch { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if record.status == ClusterStatus::Deprecated {
+            return Err(OrchestratorError::ClusterDeprecated {
+                name: target.to_owned(),
+            });
+        }
+        let source = self.active_cluster().await?;
+        let latest = match self.switch_ids().await?.pop() {
+            Some(id) => Some(self.load(&id).await?.0),
+            None => None,
+        };
+        // Checked before "already ACTIVE": during CLEANUP the source still is
+        // the ACTIVE cluster, and the running switch is what the operator
+        // must hear about.
+        if let Some(rec) = &latest {
+            if !rec.phase.is_final() && rec.phase != Phase::RolledBack {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: rec.switch_id.clone(),
+                    target: rec.target.clone(),
+                    phase: rec.phase.to_string(),
+                });
+            }
+        }
+        if source == target {
+            return Err(OrchestratorError::AlreadyActive {
+                name: target.to_owned(),
+            });
+        }
+        // A directive to another cluster than the ACTIVE one that no switch
+        // record accounts for (neither a switch's epoch nor its rollback
+        // epoch): another node wrote it and is about to record its switch.
+        // Re-issuing the switch to that directive's target records it.
+        if let Some((d, _)) = &seen {
+            let recorded = latest
+                .as_ref()
+                .is_some_and(|r| r.epoch >= d.epoch || r.rollback_epoch == Some(d.epoch));
+            if d.target != source && d.target != target && !recorded {
+                return Err(starting(d));
+            }
+        }
+        let precheck = self.precheck_from(&source, target).await?;
+        let precheck_ready = match precheck {
+            Ok(p) if p.ready => true,
+            Ok(p) if !self.inner.config.skip_idgen_precheck => {
+                return Err(OrchestratorError::PrecheckFailed(Box::new(p)))
+            }
+            Ok(_) => false,
+            Err(e) if !self.inner.config.skip_idgen_precheck => return Err(e.into()),
+            Err(_) => false,
+        };
+        fail_point!("orchestrator::directive");
+        let directive = match seen {
+            // Written by a start that did not record its switch (or is
+            // recording it right now): record that directive's switch.
+            Some((d, _)) if d.target == target => d,
+            seen => self.put_directive(seen, target, origin).await?,
+        };
+        let id = directive.epoch.to_string();
+        let now = now_ms();
+        let rec = SwitchRecord {
+            switch_id: id.clone(),
+            epoch: directive.epoch,
+            source,
+            target: target.to_owned(),
+            origin: directive.origin.clone(),
+            phase: Phase::Build,
+            created_at: now,
+            updated_at: now,
+            switched_at: None,
+            rollback_deadline: None,
+            rollback_epoch: None,
+            cleanup_started: false,
+            finished_at: None,
+            precheck_passed: precheck_ready,
+            counts: Counts::default(),
+            failures: Vec::new(),
+        };
+        self.create_switch(&rec).await?;
+        tracing::info!(switch_id = %id, source = %rec.source, target, "switch started");
+        self.status(&id).await
+    }
+
+    /// Writes the directive to switch to `target` that follows `seen` (the
+    /// directive and version validated against, if any) with one
+    /// compare-and-set: [`Registry::write_directive`] re-reads the directive,
+    /// and this write must fail when anything changed since the validation.
+    ///
+    /// [`Registry::write_directive`]: bkswitch_registry::Registry::write_directive
+    async fn put_directive(
+        &self,
+        seen: Option<(SwitchDirective, i64)>,
+        target: &str,
+        origin: Option<&str>,
+    ) -> Result<SwitchDirective> {
+        let registry = &self.inner.registry;
+        let (epoch, expected, extra) = match seen {
+            Some((d, v)) => (d.epoch + 1, ExpectedVersion::Exactly(v), d.extra),
+            None => (1, ExpectedVersion::NotExists, Default::default()),
+        };
+        let directive = SwitchDirective {
+            target: target.to_owned(),
+            origin: origin.map(str::to_owned),
+            epoch,
+            ts: now_ms(),
+            extra,
+        };
+        match registry.put_directive(&directive, expected).await {
+            Ok(_) => Ok(directive),
+            // Another node wrote a directive since: name it.
+            Err(RegistryError::Metadata(e)) if e.is_conflict() => {
+                match registry.switch_directive().await? {
+                    // The same switch, asked for on two nodes at once.
+                    Some(d) if d.target == target => Ok(d),
+                    Some(d) => Err(starting(&d)),
+                    None => Err(OrchestratorError::metadata(
+                        format!("writing `{}`", e.path()),
+                        e,
+                    )),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// [`Orchestrator::precheck`].
+    pub(super) async fn precheck_to(&self, target: &str) -> Result<PrecheckResult> {
+        let registry = &self.inner.registry;
+        if registry.get(target).await?.is_none() {
+            return Err(OrchestratorError::UnknownCluster {
+                name: target.to_owned(),
+            });
+        }
+        let source = self.active_cluster().await?;
+        Ok(self.precheck_from(&source, target).await??)
+    }
+
+    /// The ACTIVE cluster: the source of a switch.
+    async fn active_cluster(&self) -> Result<String> {
+        self.inner
+            .registry
+            .active()
+            .await?
+            .ok_or(OrchestratorError::NoActiveCluster)
+    }
+
+    /// The idgen precheck from `source` to `target` over every schema and
+    /// cursor ledger that `source` holds; the outer error is the scan's, the
+    /// inner one the precheck's.
+    async fn precheck_from(
+        &self,
+        source: &str,
+        target: &str,
+    ) -> Result<std::result::Result<PrecheckResult, RegistryError>> {
+        let bootstrap = self.bootstrap_cluster().await?;
+        let ids: Vec<i64> = scan(self.inner.store.as_ref())
+            .await?
+            .into_iter()
+            .filter(|f| f.cluster(bootstrap.as_deref()) == Some(source))
+            .map(|f| f.ledger_id)
+            .collect();
+        Ok(self
+            .inner
+            .registry
+            .precheck(source, target, &ids, self.inner.idgen.as_ref())
+            .await)
+    }
+}
+
+/// A directive that no switch record accounts for yet: its switch is starting.
+fn starting(d: &SwitchDirective) -> OrchestratorError {
+    OrchestratorError::SwitchInProgress {
+        switch_id: d.epoch.to_string(),
+        target: d.target.clone(),
+        phase: "STARTING".to_owned(),
+    }
+}
