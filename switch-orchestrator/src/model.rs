@@ -188,7 +188,11 @@ pub struct Failure {
     pub kind: LedgerKind,
     /// The ledger id.
     pub ledger_id: i64,
-    /// The owning node.
+    /// The metadata path of what owns the ledger (the managed ledger of a cursor,
+    /// the schema locator of a schema ledger). Serialized as `path`, as the
+    /// admin API names it; records written as `ownerPath` by earlier versions
+    /// still read.
+    #[serde(rename = "path", alias = "ownerPath")]
     pub owner_path: String,
     /// What went wrong and what to do.
     pub reason: String,

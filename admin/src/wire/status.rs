@@ -111,7 +111,9 @@ impl SwitchStatus {
         array(&self.0, "failures", |f| SwitchFailure {
             kind: str_field(f, "kind").map(str::to_owned),
             ledger_id: i64_field(f, "ledgerId"),
-            path: str_field(f, "path").map(str::to_owned),
+            path: str_field(f, "path")
+                .or_else(|| str_field(f, "ownerPath"))
+                .map(str::to_owned),
             reason: str_field(f, "reason").map(str::to_owned),
         })
     }
@@ -126,8 +128,8 @@ pub struct SwitchFailure {
     pub kind: Option<String>,
     /// The ledger concerned.
     pub ledger_id: Option<i64>,
-    /// The metadata path concerned: the field `path`, as `API.md` names it.
-    /// (The orchestrator's `Failure` serializes it as `ownerPath`.)
+    /// The metadata path concerned (the field `path`; servers before this
+    /// version sent it as `ownerPath`, which is read too).
     pub path: Option<String>,
     /// Why.
     pub reason: Option<String>,
@@ -208,5 +210,46 @@ impl NodeStatus {
             .filter(|v| v.is_object())
             .cloned()
             .map(SwitchStatus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bkswitch_switch_orchestrator::{Failure, LedgerKind};
+    use serde_json::json;
+
+    /// A failure's metadata path reaches the client as `path` (API.md), and a
+    /// server of an earlier version that sent `ownerPath` is still understood.
+    #[test]
+    fn failure_paths_reach_the_client() {
+        let failure = Failure {
+            kind: LedgerKind::Cursor,
+            ledger_id: 7,
+            owner_path: "/managed-ledgers/t/ns/persistent/a".into(),
+            reason: "copy differs".into(),
+        };
+        let sent =
+            json!({ "switchId": "3", "failures": [serde_json::to_value(&failure).unwrap()] });
+        assert_eq!(
+            sent["failures"][0]["path"],
+            "/managed-ledgers/t/ns/persistent/a"
+        );
+        let got = SwitchStatus(sent).failures();
+        assert_eq!(
+            got[0].path.as_deref(),
+            Some("/managed-ledgers/t/ns/persistent/a")
+        );
+        assert_eq!(got[0].ledger_id, Some(7));
+        let old = SwitchStatus(
+            json!({ "failures": [{ "kind": "cursor", "ledgerId": 7, "ownerPath": "/x", "reason": "r" }] }),
+        );
+        assert_eq!(old.failures()[0].path.as_deref(), Some("/x"));
+        // Records written by earlier versions decode.
+        let stored: Failure = serde_json::from_value(
+            json!({ "kind": "cursor", "ledgerId": 7, "ownerPath": "/x", "reason": "r" }),
+        )
+        .unwrap();
+        assert_eq!(stored.owner_path, "/x");
     }
 }
