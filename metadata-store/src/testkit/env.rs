@@ -1,6 +1,6 @@
 //! The environment a conformance run drives ([`MetadataStoreTestEnv`], with its
 //! [`TestNamespace`]s) and the ready ones: [`MemoryTestEnv`] and [`ViaArc`]
-//! (the ZooKeeper one, [`ZkTestEnv`](super::ZkTestEnv), is in `zk_env.rs`).
+//! (the ZooKeeper one, `ZkTestEnv`, is in `zk_env.rs` behind the `zk` feature).
 
 use std::sync::Arc;
 

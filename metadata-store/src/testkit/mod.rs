@@ -29,7 +29,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `env.rs` | [`MetadataStoreTestEnv`], [`TestNamespace`] and the ready [`MemoryTestEnv`] and [`ViaArc`] |
-//! | `zk_env.rs` | [`ZkTestEnv`], sessions on a running ZooKeeper |
+//! | `zk_env.rs` | `ZkTestEnv`, sessions on a running ZooKeeper (the `zk` feature) |
 //! | `report.rs` | [`RuleResult`], [`ConformanceFailure`], [`ConformanceReport`] |
 //! | `suite.rs` | [`Rule`], [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
 //! | `macros.rs` | [`metadata_store_conformance_tests!`](crate::metadata_store_conformance_tests) |
@@ -45,6 +45,7 @@ mod macros;
 mod report;
 pub mod rules;
 mod suite;
+#[cfg(feature = "zk")]
 mod zk_env;
 
 /// Re-exported so an environment can be implemented without another dependency.
@@ -52,6 +53,7 @@ pub use async_trait::async_trait;
 pub use env::{MemoryTestEnv, MetadataStoreTestEnv, TestNamespace, ViaArc};
 pub use report::{ConformanceFailure, ConformanceReport, RuleResult};
 pub use suite::{all_rules, run_all, run_rule, Rule, RULE_NAMES};
+#[cfg(feature = "zk")]
 pub use zk_env::ZkTestEnv;
 
 /// Run a future to completion on a fresh multi-thread tokio runtime with two

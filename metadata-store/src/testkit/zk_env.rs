@@ -1,5 +1,5 @@
 //! [`ZkTestEnv`]: the conformance environment of [`ZkStore`] on a running
-//! ZooKeeper.
+//! ZooKeeper (the `zk` feature).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
