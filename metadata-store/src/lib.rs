@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+// The README (the crate's documentation) links the ZooKeeper items, which exist
+// only with the `zk` feature.
+#![cfg_attr(not(feature = "zk"), allow(rustdoc::broken_intra_doc_links))]
 
 mod error;
 mod memory;
@@ -7,6 +10,7 @@ mod path;
 mod store;
 pub mod testkit;
 mod types;
+#[cfg(feature = "zk")]
 mod zk;
 
 pub use error::{ErrorKind, MetadataError, Operation, Result};
@@ -16,4 +20,5 @@ pub use store::{MetadataStore, MetadataStoreExt, Update};
 pub use types::{
     CreateMode, ExpectedVersion, GetResult, Notification, SessionEvent, Stat, WatchStream,
 };
+#[cfg(feature = "zk")]
 pub use zk::{check_zk_host, ZkStore, ZkStoreOptions};

@@ -1,22 +1,24 @@
 //! The conformance suite on the in-memory backend, directly and through
 //! `Arc<dyn MetadataStore>`.
 
-use bkswitch_metadata_store::testkit::{self, MemoryFactory, ViaArc};
+use bkswitch_metadata_store::testkit::{self, MemoryTestEnv, ViaArc};
 
 mod memory {
-    bkswitch_metadata_store::metadata_store_conformance!(
-        bkswitch_metadata_store::testkit::MemoryFactory
-    );
+    use bkswitch_metadata_store::testkit::MemoryTestEnv;
+    bkswitch_metadata_store::metadata_store_conformance_tests!(MemoryTestEnv);
 }
 
 mod memory_via_arc {
-    bkswitch_metadata_store::metadata_store_conformance!(bkswitch_metadata_store::testkit::ViaArc(
-        bkswitch_metadata_store::testkit::MemoryFactory
-    ));
+    use bkswitch_metadata_store::testkit::{MemoryTestEnv, ViaArc};
+    bkswitch_metadata_store::metadata_store_conformance_tests!(ViaArc(MemoryTestEnv));
 }
 
 #[tokio::test]
 async fn run_all_on_a_current_thread_runtime() {
-    testkit::run_all(&MemoryFactory).await;
-    testkit::run_all(&ViaArc(MemoryFactory)).await;
+    if let Err(report) = testkit::run_all(&MemoryTestEnv).await {
+        panic!("{report}");
+    }
+    if let Err(report) = testkit::run_all(&ViaArc(MemoryTestEnv)).await {
+        panic!("{report}");
+    }
 }

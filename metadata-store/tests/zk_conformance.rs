@@ -1,27 +1,26 @@
 //! The conformance suite on a real ZooKeeper (one server for the whole test
-//! binary, a fresh chroot per case), directly and through `Arc<dyn
+//! binary, a fresh chroot per rule), directly and through `Arc<dyn
 //! MetadataStore>`.
 
 use std::time::Duration;
 
-use bkswitch_metadata_store::testkit::ZkFactory;
+use bkswitch_metadata_store::testkit::ZkTestEnv;
 use bkswitch_metadata_store::{
     ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt, ZkStore, ZkStoreOptions,
 };
 use bkswitch_zk_harness::{shared, unique_chroot};
 
-fn factory() -> ZkFactory {
-    ZkFactory::new(shared().connect_string())
+fn env() -> ZkTestEnv {
+    ZkTestEnv::new(shared().connect_string())
 }
 
 mod zk {
-    bkswitch_metadata_store::metadata_store_conformance!(super::factory());
+    bkswitch_metadata_store::metadata_store_conformance_tests!(super::env());
 }
 
 mod zk_via_arc {
-    bkswitch_metadata_store::metadata_store_conformance!(bkswitch_metadata_store::testkit::ViaArc(
-        super::factory()
-    ));
+    use bkswitch_metadata_store::testkit::ViaArc;
+    bkswitch_metadata_store::metadata_store_conformance_tests!(ViaArc(super::env()));
 }
 
 fn options() -> ZkStoreOptions {

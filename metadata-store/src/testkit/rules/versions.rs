@@ -1,0 +1,252 @@
+//! Versions and compare-and-set: versions from 0, parents created by writes,
+//! `NotExists` / `Exactly` / stale versions, and races where exactly one writer
+//! wins.
+
+use super::support::{close, expect_kind, namespace, ok, session, value};
+use crate::error::ErrorKind;
+use crate::store::MetadataStore;
+use crate::testkit::env::MetadataStoreTestEnv;
+use crate::testkit::report::RuleResult;
+use crate::types::{CreateMode, ExpectedVersion};
+
+/// Versions start at 0 and grow by one per write; get/exists agree.
+pub async fn get_put_versions<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    assert!(ok("get missing", s.get("/a").await).is_none());
+    assert!(ok("exists missing", s.exists("/a").await).is_none());
+    let st = ok("put create", s.put("/a", b"1", ExpectedVersion::Any).await);
+    assert_eq!(
+        (st.version, st.cversion, st.ephemeral, st.num_children),
+        (0, 0, false, 0)
+    );
+    assert!(
+        st.created_ms > 0 && st.modified_ms >= st.created_ms,
+        "{st:?}"
+    );
+    let r = ok("get", s.get("/a").await).expect("/a exists");
+    assert_eq!(r.value, b"1");
+    assert_eq!(r.stat, st);
+    let st1 = ok("put any", s.put("/a", b"2", ExpectedVersion::Any).await);
+    assert_eq!(st1.version, 1);
+    assert_eq!(st1.created_ms, st.created_ms);
+    let st2 = ok(
+        "put exactly",
+        s.put("/a", b"3", ExpectedVersion::Exactly(1)).await,
+    );
+    assert_eq!(st2.version, 2);
+    assert!(st2.modified_ms >= st1.modified_ms);
+    let r = ok("get", s.get("/a").await).expect("/a exists");
+    assert_eq!((r.value.as_slice(), r.stat), (&b"3"[..], st2));
+    assert_eq!(ok("exists", s.exists("/a").await), Some(st2));
+    let st = ok(
+        "put empty",
+        s.put("/empty", b"", ExpectedVersion::NotExists).await,
+    );
+    assert_eq!(st.version, 0);
+    assert_eq!(value(&s, "/empty").await, Some(Vec::new()));
+    close(&[&s]).await;
+    Ok(())
+}
+
+/// `put` and `create` create missing parents (persistent, empty, version 0).
+pub async fn put_creates_parents<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    ok(
+        "put deep",
+        s.put("/p/q/r", b"x", ExpectedVersion::Any).await,
+    );
+    for parent in ["/p", "/p/q"] {
+        let r = ok("get parent", s.get(parent).await).unwrap_or_else(|| panic!("{parent} missing"));
+        assert_eq!(r.value, b"", "{parent}");
+        assert_eq!(r.stat.version, 0, "{parent}");
+        assert!(!r.stat.ephemeral, "{parent}");
+    }
+    assert_eq!(ok("children", s.children("/p").await), ["q"]);
+    assert_eq!(value(&s, "/p/q/r").await.as_deref(), Some(&b"x"[..]));
+    ok(
+        "put not-exists deep",
+        s.put("/p2/a/b", b"y", ExpectedVersion::NotExists).await,
+    );
+    assert!(ok("exists", s.exists("/p2/a").await).is_some());
+    let (actual, _) = ok(
+        "create deep",
+        s.create("/p3/x/y", b"z", CreateMode::PERSISTENT).await,
+    );
+    assert_eq!(actual, "/p3/x/y");
+    assert!(ok("exists", s.exists("/p3/x").await).is_some());
+    let (actual, st) = ok(
+        "create ephemeral deep",
+        s.create("/p4/e", b"", CreateMode::EPHEMERAL).await,
+    );
+    assert_eq!(actual, "/p4/e");
+    assert!(st.ephemeral);
+    assert!(
+        !ok("exists", s.exists("/p4").await).expect("/p4").ephemeral,
+        "parents are persistent"
+    );
+    close(&[&s]).await;
+    Ok(())
+}
+
+/// `put` expecting `NotExists` on an existing node: AlreadyExists, nothing written.
+pub async fn put_not_exists_on_existing_fails<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    ok("put", s.put("/a", b"1", ExpectedVersion::Any).await);
+    let e = expect_kind(
+        "put NotExists on existing",
+        s.put("/a", b"2", ExpectedVersion::NotExists).await,
+        ErrorKind::AlreadyExists,
+    );
+    assert!(e.is_conflict() && !e.is_retryable());
+    assert_eq!(e.path(), "/a");
+    assert!(e.to_string().contains("/a"), "{e}");
+    let r = ok("get", s.get("/a").await).expect("/a");
+    assert_eq!((r.value.as_slice(), r.stat.version), (&b"1"[..], 0));
+    expect_kind(
+        "create existing",
+        s.create("/a", b"3", CreateMode::PERSISTENT).await,
+        ErrorKind::AlreadyExists,
+    );
+    assert_eq!(value(&s, "/a").await.as_deref(), Some(&b"1"[..]));
+    close(&[&s]).await;
+    Ok(())
+}
+
+/// `put` expecting a version of a missing node: NotFound (ZooKeeper's NoNode),
+/// nothing created.
+pub async fn put_exactly_on_missing_is_not_found<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    for v in [0, 5] {
+        let e = expect_kind(
+            "put Exactly on missing",
+            s.put("/m/x", b"1", ExpectedVersion::Exactly(v)).await,
+            ErrorKind::NotFound,
+        );
+        assert!(e.is_conflict());
+        assert_eq!(e.path(), "/m/x");
+    }
+    assert!(ok("exists", s.exists("/m/x").await).is_none());
+    assert!(
+        ok("exists parent", s.exists("/m").await).is_none(),
+        "no parent created"
+    );
+    close(&[&s]).await;
+    Ok(())
+}
+
+/// `put` with a stale version: BadVersion, nothing written; a negative version is
+/// an invalid argument.
+pub async fn put_wrong_version_is_bad_version<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    ok("put", s.put("/a", b"1", ExpectedVersion::Any).await);
+    ok("put", s.put("/a", b"2", ExpectedVersion::Any).await);
+    for v in [0, 3, i64::from(i32::MAX) + 1] {
+        let e = expect_kind(
+            "put stale version",
+            s.put("/a", b"x", ExpectedVersion::Exactly(v)).await,
+            ErrorKind::BadVersion,
+        );
+        assert!(e.is_conflict());
+        assert!(e.to_string().contains("version"), "{e}");
+    }
+    expect_kind(
+        "put negative version",
+        s.put("/a", b"x", ExpectedVersion::Exactly(-1)).await,
+        ErrorKind::InvalidArgument,
+    );
+    let r = ok("get", s.get("/a").await).expect("/a");
+    assert_eq!((r.value.as_slice(), r.stat.version), (&b"2"[..], 1));
+    close(&[&s]).await;
+    Ok(())
+}
+
+/// Two sessions compare-and-set the same version at once: exactly one wins and
+/// the version grows by exactly one.
+pub async fn cas_race_exactly_one_writer_wins<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let a = session(&*ns).await;
+    let b = session(&*ns).await;
+    ok("put", a.put("/cas", b"start", ExpectedVersion::Any).await);
+    for round in 0..20 {
+        let v = ok("get", a.get("/cas").await).expect("/cas").stat.version;
+        let va = format!("a{round}");
+        let vb = format!("b{round}");
+        let (ra, rb) = tokio::join!(
+            a.put("/cas", va.as_bytes(), ExpectedVersion::Exactly(v)),
+            b.put("/cas", vb.as_bytes(), ExpectedVersion::Exactly(v)),
+        );
+        let winner = match (ra, rb) {
+            (Ok(st), Err(e)) => {
+                assert_eq!(e.kind(), ErrorKind::BadVersion, "round {round}: {e}");
+                assert_eq!(st.version, v + 1);
+                va
+            }
+            (Err(e), Ok(st)) => {
+                assert_eq!(e.kind(), ErrorKind::BadVersion, "round {round}: {e}");
+                assert_eq!(st.version, v + 1);
+                vb
+            }
+            other => panic!("round {round}: exactly one writer must win, got {other:?}"),
+        };
+        let r = ok("get", b.get("/cas").await).expect("/cas");
+        assert_eq!(r.stat.version, v + 1, "round {round}");
+        assert_eq!(r.value, winner.as_bytes(), "round {round}");
+    }
+    close(&[&a, &b]).await;
+    Ok(())
+}
+
+/// Two sessions create the same node at once (put NotExists, create): exactly
+/// one succeeds.
+pub async fn create_if_absent_race_exactly_one_wins<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let a = session(&*ns).await;
+    let b = session(&*ns).await;
+    for round in 0..10 {
+        let p = format!("/race/put-{round}");
+        let (ra, rb) = tokio::join!(
+            a.put(&p, b"a", ExpectedVersion::NotExists),
+            b.put(&p, b"b", ExpectedVersion::NotExists),
+        );
+        let winner: &[u8] = match (ra, rb) {
+            (Ok(st), Err(e)) | (Err(e), Ok(st)) if e.kind() == ErrorKind::AlreadyExists => {
+                assert_eq!(st.version, 0);
+                if value(&a, &p).await.as_deref() == Some(b"a") {
+                    b"a"
+                } else {
+                    b"b"
+                }
+            }
+            other => panic!("{p}: exactly one creator must win, got {other:?}"),
+        };
+        let r = ok("get", a.get(&p).await).expect("created");
+        assert_eq!((r.value.as_slice(), r.stat.version), (winner, 0));
+
+        let p = format!("/race/create-{round}");
+        let (ra, rb) = tokio::join!(
+            a.create(&p, b"a", CreateMode::PERSISTENT),
+            b.create(&p, b"b", CreateMode::EPHEMERAL),
+        );
+        match (ra, rb) {
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) if e.kind() == ErrorKind::AlreadyExists => {}
+            other => panic!("{p}: exactly one creator must win, got {other:?}"),
+        }
+    }
+    close(&[&a, &b]).await;
+    Ok(())
+}

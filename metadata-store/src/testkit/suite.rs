@@ -1,0 +1,115 @@
+//! The list of rules ([`all_rules`], [`RULE_NAMES`]) and how they are run
+//! ([`run_rule`], [`run_all`]).
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::env::MetadataStoreTestEnv;
+use super::report::{ConformanceFailure, ConformanceReport, RuleResult};
+use super::rules;
+
+/// One rule of the suite.
+pub struct Rule<E: ?Sized> {
+    /// The rule's name (its function name in [`rules`]).
+    pub name: &'static str,
+    /// The rule's family: the module of [`rules`] that holds it.
+    pub family: &'static str,
+    /// The behaviour of the store it checks.
+    pub description: &'static str,
+    /// Runs the rule.
+    pub run: for<'a> fn(&'a E) -> BoxFuture<'a, RuleResult>,
+}
+
+impl<E: ?Sized> fmt::Debug for Rule<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rule")
+            .field("name", &self.name)
+            .field("family", &self.family)
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
+macro_rules! rule_list {
+    ($($family:ident::$name:ident => $description:literal,)*) => {
+        /// Every rule of the suite, in run order.
+        pub fn all_rules<E: MetadataStoreTestEnv + ?Sized>() -> Vec<Rule<E>> {
+            vec![$(Rule {
+                name: stringify!($name),
+                family: stringify!($family),
+                description: $description,
+                run: |env| Box::pin(rules::$family::$name(env)),
+            }),*]
+        }
+
+        /// Names of every rule, in run order.
+        pub const RULE_NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+rule_list! {
+    versions::get_put_versions => "versions start at 0 and grow by one per write; get and exists agree",
+    versions::put_creates_parents => "put and create create missing parents: empty, persistent, version 0",
+    versions::put_not_exists_on_existing_fails => "put NotExists or create of an existing node -> AlreadyExists, nothing written",
+    versions::put_exactly_on_missing_is_not_found => "put Exactly(v) of a missing node -> NotFound, nothing created",
+    versions::put_wrong_version_is_bad_version => "put with a stale version -> BadVersion; a negative version -> InvalidArgument",
+    versions::cas_race_exactly_one_writer_wins => "two sessions compare-and-set the same version: exactly one wins",
+    versions::create_if_absent_race_exactly_one_wins => "two sessions create the same node at once: exactly one wins",
+    delete::delete_versions_and_errors => "delete: stale version -> BadVersion, missing -> NotFound, with children -> NotEmpty",
+    children::children_sorted_and_missing_is_empty => "children are names, sorted; a missing node has none",
+    children::sequential_names_follow_cversion => "sequential suffixes count the parent's child creations, as %010d",
+    children::cversion_counts_child_creations_and_deletions => "cversion counts creations and deletions of direct children only",
+    sessions::ephemeral_nodes_end_with_their_session => "ephemeral nodes belong to their session, have no children, end with it",
+    validation::invalid_paths_change_nothing => "every operation rejects invalid paths with InvalidPath and changes nothing",
+    validation::oversized_values_are_rejected => "values up to MAX_VALUE_LEN are stored; longer ones -> InvalidArgument",
+    watches::notify_created_modified_deleted => "a watch reports creation, writes and deletion of its node, by any session",
+    watches::notify_children_changed => "a watch reports creations and deletions of direct children only",
+    watches::notify_latest_value_is_never_lost => "notifications may coalesce, but the last change is never lost",
+    watches::watch_streams_are_independent => "several streams on one path each get every change; dropping one is harmless",
+    sessions::closed_store_fails_and_ends_streams => "closing a store ends its watch streams; later calls -> Closed",
+    extension::extension_helpers => "delete_recursive, put_if_absent and the compare-and-set update loop",
+    children::root_node => "/ always exists, lists the top-level nodes, and cannot be created or deleted",
+}
+
+/// Run one rule, turning a panic inside it into a failure that names the rule.
+pub async fn run_rule<E: MetadataStoreTestEnv + ?Sized>(rule: &Rule<E>, env: &E) -> RuleResult {
+    match AssertUnwindSafe((rule.run)(env)).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic payload".to_string());
+            Err(ConformanceFailure {
+                rule: rule.name,
+                detail: format!("panicked: {message}"),
+            })
+        }
+    }
+}
+
+/// Run every rule against `env` (one after the other) and report all failures.
+///
+/// # Errors
+/// A [`ConformanceReport`] naming every failing rule and what it observed.
+pub async fn run_all<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> Result<(), ConformanceReport> {
+    let rules = all_rules::<E>();
+    let mut failures = Vec::new();
+    for rule in &rules {
+        if let Err(failure) = run_rule(rule, env).await {
+            failures.push(failure);
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(ConformanceReport {
+            total: rules.len(),
+            failures,
+        })
+    }
+}
