@@ -23,14 +23,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::wire::{
-    CleanupReport, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody, NodeStatus,
-    PrecheckResult, PromoteCursorRequest, PromoteCursorResponse, ReadMode, ReadModeRequest,
-    ReadModeResponse, RegisterRequest, RollbackRequest, SwitchRequest, BASE_PATH,
+    CleanupReport, CleanupRequest, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody,
+    NodeStatus, PrecheckResult, PromoteCursorRequest, PromoteCursorResponse, ReadMode,
+    ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest, SwitchRequest,
+    SwitchStatus, BASE_PATH,
 };
-
-// The old paths of two wire types, still used by bkswitch-hardening.
-#[doc(hidden)]
-pub use crate::wire::{CleanupRequest, SwitchStatus};
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 

@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, MemoryCluster};
-use bkswitch_managed_ledger::testing::StampingProvider;
+use bkswitch_managed_ledger::testkit::StampingProvider;
 use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory, Position};
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_mledger_spi::{

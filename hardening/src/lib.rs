@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bkswitch_metadata_store::{ZkStore, ZkStoreOptions};
 use bkswitch_switch_orchestrator::{Orchestrator, SwitchStatus};
 
-pub use bkswitch_admin::testing::{clusters, node_config, start_node, tree, ADMIN, INTERNAL};
+pub use bkswitch_admin::testkit::{clusters, node_config, start_node, tree, ADMIN, INTERNAL};
 
 /// Base path of the REST API.
 pub const BASE: &str = "/admin/v2/bookie-clusters";

@@ -26,8 +26,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::node::Node;
-use bkswitch_admin::traffic::{TopicHandle, Traffic};
+use bkswitch_admin::Node;
+use bkswitch_admin::{TopicHandle, Traffic};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_hardening::{clusters, start_node, tree, wait_for};
 use bkswitch_managed_ledger::InitialPosition;

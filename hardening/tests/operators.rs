@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::client::{AdminClient, CleanupRequest, ClientError, SwitchStatus};
-use bkswitch_admin::node::Node;
+use bkswitch_admin::wire::{CleanupRequest, SwitchStatus};
+use bkswitch_admin::Node;
+use bkswitch_admin::{AdminClient, ClientError};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_hardening::{clusters, start_node, tree, wait_switched, zk_store, ADMIN};
 use bkswitch_metadata_store::{

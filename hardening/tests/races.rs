@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_managed_ledger::{ErrorKind, InitialPosition, ManagedLedger, Position};
+use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, ManagedLedgerErrorKind, Position};
 use bkswitch_proto::schema::IndexEntry;
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_switch_orchestrator::{LedgerState, Phase, SwitchStatus};
@@ -383,7 +383,7 @@ async fn unload_reload(strict: bool) {
                     let mut fenced = false;
                     match ml.append(format!("r{n}")).await {
                         Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::Fenced => fenced = true,
+                        Err(e) if e.kind() == ManagedLedgerErrorKind::Fenced => fenced = true,
                         Err(e) => panic!("append {name}: {e}"),
                     }
                     for c in CURSORS {
@@ -403,7 +403,7 @@ async fn unload_reload(strict: bool) {
                             // topic was unloaded and this instance loaded it
                             // meanwhile: the instance is fenced and must be
                             // reloaded; the acknowledgement did not count.
-                            Err(e) if e.kind() == ErrorKind::Fenced => fenced = true,
+                            Err(e) if e.kind() == ManagedLedgerErrorKind::Fenced => fenced = true,
                             Err(e) => panic!("ack {name}/{c}: {e}"),
                         }
                     }

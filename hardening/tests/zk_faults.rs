@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bkswitch_admin::client::AdminClient;
-use bkswitch_admin::node::Node;
-use bkswitch_admin::traffic::{TopicHandle, Traffic, TrafficReport};
+use bkswitch_admin::AdminClient;
+use bkswitch_admin::Node;
+use bkswitch_admin::{TopicHandle, Traffic, TrafficReport};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_hardening::{clusters, start_node, tree, wait_for, wait_switched, ADMIN};
 use bkswitch_managed_ledger::InitialPosition;

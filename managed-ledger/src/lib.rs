@@ -22,12 +22,3 @@ pub use ledger::{ManagedLedger, ManagedLedgerFactory};
 pub use name::{validate_cursor_name, validate_managed_ledger_name};
 pub use position::{Entry, Position};
 pub use storage::{BookKeeperStorage, BookKeeperStorageClass, DEFAULT_STORAGE_CLASS};
-
-/// The former name of [`ManagedLedgerErrorKind`], kept while other crates
-/// still use it; new code names `ManagedLedgerErrorKind`.
-#[doc(hidden)]
-pub use error::ManagedLedgerErrorKind as ErrorKind;
-
-/// The former name of [`testkit`], kept while other crates still use it.
-#[doc(hidden)]
-pub use testkit as testing;

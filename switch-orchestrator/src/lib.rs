@@ -8,10 +8,6 @@ mod owners;
 mod scan;
 pub mod testkit;
 
-/// The former name of [`testkit`]; `bkswitch-hardening`'s tests still use it.
-#[doc(hidden)]
-pub use testkit as testing;
-
 pub use error::{OrchestratorError, Result};
 pub use model::{
     CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, LedgerRecord,

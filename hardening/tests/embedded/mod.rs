@@ -17,7 +17,7 @@ use bkswitch_proto::{Message, Stamped};
 use bkswitch_registry::ClusterStatus;
 use bkswitch_switch_orchestrator::{Orchestrator, OrchestratorConfig};
 
-pub use bkswitch_switch_orchestrator::testing::{EmbeddedStack, NEW, OLD};
+pub use bkswitch_switch_orchestrator::testkit::{EmbeddedStack, NEW, OLD};
 
 pub const CURSORS: [&str; 2] = ["sub-a", "sub-b"];
 
