@@ -1,11 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-pub mod api;
-pub mod error;
+mod api;
+mod error;
 pub mod memory;
 pub mod testkit;
-pub mod types;
+mod types;
 
 pub use api::{
     BookKeeper, BookKeeperExt, ClientFactory, ReadHandle, ReadHandleExt, WriteHandle,

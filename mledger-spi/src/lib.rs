@@ -1,9 +1,9 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-pub mod config;
-pub mod hooks;
-pub mod storage;
+mod config;
+mod hooks;
+mod storage;
 
 pub use config::ManagedLedgerConfig;
 pub use hooks::{

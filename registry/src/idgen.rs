@@ -126,11 +126,24 @@ impl IdgenSource for MemoryIdgenSource {
     }
 }
 
-/// The structured result of [`Registry::precheck`].
+/// The structured result of [`Registry::precheck`]
+/// ([I11](bkswitch_docs::invariants::I11)).
+///
+/// A switch copies ledgers to the new cluster keeping their ids
+/// (`createLedgerAdv(same id)`); the new cluster's own id generator must already
+/// be beyond every copied id, or a later `createLedger` there collides with a
+/// copy. The next id is read from BookKeeper's ZooKeeper layout (`idgen`,
+/// `idgen-long/HOB-*`) or from an in-memory cluster.
+///
+/// `ready` is stricter than the proposal: a managed ledger needs ledger ids to
+/// increase within it (positions are ordered by ledger id), so after a switch the
+/// new cluster must hand out ids above every id the *source* has handed out, not
+/// only above the copied ones. When the source's next id is known, `ready`
+/// requires `targetNextLedgerId > max(sourceMaxLedgerId, sourceNextLedgerId - 1)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrecheckResult {
-    /// Whether the switch may proceed (see the [module docs](self)).
+    /// Whether the switch may proceed (see [`PrecheckResult`]).
     pub ready: bool,
     /// Whether the target's next id is beyond every copied id (the proposal's check).
     pub idgen_advanced_beyond_source: bool,

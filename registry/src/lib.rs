@@ -4,10 +4,10 @@
 mod election;
 mod error;
 pub mod failpoints;
-pub mod idgen;
+mod idgen;
 mod model;
 mod registry;
-pub mod uri;
+mod uri;
 mod watcher;
 
 pub use election::{LeaderElection, ELECTION_RETRY_DELAY};

@@ -30,6 +30,26 @@ pub const DEFAULT_LEDGERS_ROOT: &str = "/ledgers";
 const ACCEPTED: &str = "accepted: memory://<name>, zk[+null|+flat|+hierarchical|+longhierarchical]://host[:port][;host[:port]...][/ledgers/root], metadata-store:zk:host[:port][,host[:port]...][/ledgers/root]";
 
 /// A parsed, normalised metadata-service URI.
+///
+/// Strict parsing and normalisation of metadata-service URIs.
+///
+/// Accepted forms (nothing else):
+///
+/// - `memory://<name>`: an in-memory cluster; `<name>` follows the cluster name
+///   rules ([`validate_name`](crate::validate_name) without the reserved names).
+/// - `zk://`, `zk+null://`, `zk+flat://`, `zk+hierarchical://`,
+///   `zk+longhierarchical://` followed by `host[:port][;host[:port]…][/ledgers/root]`
+///   (hosts separated by `;` as BookKeeper writes them, or `,`).
+/// - `metadata-store:zk:host[:port][,host[:port]…][/ledgers/root]` (Pulsar's form).
+///
+/// Hosts are DNS names or IPv4 addresses (letters, digits, `-`, `.`; IPv6 is
+/// refused); the port defaults to 2181. The ledgers root defaults to `/ledgers`;
+/// its segments use letters, digits, `.`, `_`, `-` (not `.` or `..`). No user
+/// info, query, fragment or spaces.
+///
+/// Normalisation (for collision checks): hosts lower-cased, default port made
+/// explicit, hosts sorted and deduplicated, trailing `/` removed; the manager
+/// type (`null`, `hierarchical`, …) does not change which cluster is meant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ClusterUri {
@@ -48,7 +68,7 @@ pub enum ClusterUri {
 }
 
 impl ClusterUri {
-    /// Parses `uri` strictly (see the [module docs](self) for the accepted forms).
+    /// Parses `uri` strictly (see [`ClusterUri`] for the accepted forms).
     ///
     /// # Errors
     ///

@@ -68,7 +68,26 @@ struct NodeInner {
     stop: watch::Sender<bool>,
 }
 
-/// A running node; see the [module docs](self). Cheap to clone.
+/// A running broker-like node: the multi-cluster storage, the registry sync,
+/// the coordinator, topic ownership and the REST API, put together. Cheap to
+/// clone.
+///
+/// [`Node::start`] is what `bookie-switch serve` runs, and what the demo and
+/// the end-to-end tests start several times in one process.
+///
+/// - The storage is initialized through the registry (registry ACTIVE →
+///   `cluster_name` hint → the name the client reports, auto-registered
+///   ACTIVE) and records the bootstrap marker.
+/// - A [`RegistrySync`] follows the registry: on every directive the node
+///   swaps its active cluster, enters dual-read and, when configured, rolls
+///   over every topic it owns at a bounded rate
+///   ([design §5.2](bkswitch_docs::design)).
+/// - When the sync hands this node a coordinator duty (it is the directive's
+///   origin, or the elected leader), the node runs the orchestrator for it.
+/// - Topics opened through [`Node::open_topic`] are owned by this node (see
+///   [`Ownership`]), so a coordinator elsewhere sends cursor promotions here
+///   over HTTP, which the REST API serves through
+///   [`Node::serve_cursor_promotion`].
 #[derive(Clone)]
 pub struct Node {
     inner: Arc<NodeInner>,
