@@ -4,6 +4,7 @@
 mod cluster;
 mod install;
 mod interop;
+mod logs;
 mod zk;
 
 pub use cluster::{

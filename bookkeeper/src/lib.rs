@@ -5,6 +5,7 @@ mod bookies;
 mod client;
 mod config;
 pub mod digest;
+mod inner;
 mod ledger;
 mod meta;
 pub mod quorum;

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bkswitch_bk_client::{
-    BkError, BkErrorKind, BookKeeper, BookKeeperExt, EntryId, LedgerConfig, LedgerEntry, LedgerId,
-    ReadHandle, WriteHandle, NO_ENTRY,
+    BkError, BkErrorKind, BookKeeper, BookKeeperExt, EntryId, LedgerConfig, LedgerId, ReadHandle,
+    WriteHandle, NO_ENTRY,
 };
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
+use crate::batch::{check_args, read_batch};
 use crate::verify::{snapshot_lac, snapshot_length, verify_against};
 use crate::{CopyError, CopyOptions, CopyOutcome, CopyProgress, CopyReport, Verification};
 
@@ -79,45 +80,6 @@ pub async fn copy_ledger_preserving_ids(
     copy_inner(ledger_id, src, dst, options)
         .instrument(span)
         .await
-}
-
-pub(crate) fn check_args(ledger_id: LedgerId, options: &CopyOptions) -> Result<(), CopyError> {
-    if ledger_id < 0 {
-        return Err(CopyError::InvalidArgument {
-            ledger_id,
-            reason: format!("ledger id {ledger_id} is negative; ledger ids are >= 0"),
-        });
-    }
-    if options.window == 0 {
-        return Err(CopyError::InvalidArgument {
-            ledger_id,
-            reason: "the window is 0; allow at least one entry in flight".to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// Read `first..=last` and check that exactly those entries came back, in order.
-pub(crate) async fn read_batch(
-    handle: &dyn ReadHandle,
-    first: EntryId,
-    last: EntryId,
-) -> Result<Vec<LedgerEntry>, BkError> {
-    let entries = handle.read_entries(first, last).await?;
-    let expected = (last - first + 1) as usize;
-    let in_order = entries.iter().zip(first..).all(|(e, id)| e.entry_id == id);
-    if entries.len() != expected || !in_order {
-        return Err(BkError::new(
-            BkErrorKind::Other,
-            format!(
-                "read of entries {first}..={last} returned {} entries, not the {expected} \
-                 requested in id order",
-                entries.len()
-            ),
-        )
-        .with_ledger(handle.id()));
-    }
-    Ok(entries)
 }
 
 async fn copy_inner(

@@ -7,7 +7,7 @@ use bkswitch_bk_client::{
     BkErrorKind, BookKeeper, EntryId, LedgerEntry, LedgerId, LedgerMetadata, ReadHandle,
 };
 
-use crate::copy::{check_args, read_batch};
+use crate::batch::{check_args, read_batch};
 use crate::{CopyError, CopyOptions, Verification};
 
 /// Compare the ledger `ledger_id` on `dst` with the one on `src`: configuration

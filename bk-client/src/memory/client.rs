@@ -1,32 +1,19 @@
 //! [`MemoryBookKeeper`]: a client of a [`MemoryCluster`].
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
 use super::cluster::{remove_locked, FencedRecreateFailure, MemoryCluster, OpKind};
-use super::handle::{Ctx, MemoryReadHandle, MemoryWriteHandle};
+use super::handle::{ClientState, Ctx, MemoryReadHandle, MemoryWriteHandle};
 use super::ledger::{Completions, LedgerCell};
 use crate::api::{BookKeeper, ReadHandle, WriteHandle};
 use crate::error::{BkError, BkErrorKind, Result};
 use crate::types::{
     DeleteMissing, DigestType, LedgerConfig, LedgerId, LedgerMetadata, LedgerState, NO_ENTRY,
 };
-
-/// Per-client state shared with the handles the client returned.
-#[derive(Debug, Default)]
-pub(crate) struct ClientState {
-    closed: AtomicBool,
-}
-
-impl ClientState {
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-}
 
 /// A [`BookKeeper`] client of an in-memory [`MemoryCluster`].
 ///
@@ -73,7 +60,7 @@ impl MemoryBookKeeper {
         MemoryCluster::new(cluster_name).client()
     }
 
-    pub(crate) fn on_cluster(cluster: MemoryCluster) -> MemoryBookKeeper {
+    fn on_cluster(cluster: MemoryCluster) -> MemoryBookKeeper {
         MemoryBookKeeper {
             cluster,
             state: Arc::default(),
@@ -258,6 +245,15 @@ impl MemoryBookKeeper {
     }
 }
 
+/// Making clients is the client's concern: the cluster itself does not know
+/// the client type.
+impl MemoryCluster {
+    /// A new client of this cluster.
+    pub fn client(&self) -> MemoryBookKeeper {
+        MemoryBookKeeper::on_cluster(self.clone())
+    }
+}
+
 #[async_trait]
 impl BookKeeper for MemoryBookKeeper {
     fn cluster_name(&self) -> &str {
@@ -401,7 +397,7 @@ impl BookKeeper for MemoryBookKeeper {
     }
 
     async fn close(&self) -> Result<()> {
-        self.state.closed.store(true, Ordering::Release);
+        self.state.close();
         Ok(())
     }
 }

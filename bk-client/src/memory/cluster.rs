@@ -9,7 +9,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::client::MemoryBookKeeper;
 use super::ledger::{Completions, LedgerCell};
 use crate::error::{BkError, BkErrorKind, Result};
 use crate::types::{DeleteMissing, EntryId, LedgerId, LedgerMetadata};
@@ -347,7 +346,7 @@ impl ClusterInner {
 /// ([formats §4](bkswitch_docs::formats)), with test knobs: id generator control, delete
 /// behaviour, unavailability, latency and fenced re-creation.
 ///
-/// Cheap to clone (a shared handle). Clients are [`MemoryBookKeeper`]s from
+/// Cheap to clone (a shared handle). Clients are [`MemoryBookKeeper`](super::MemoryBookKeeper)s from
 /// [`client`](MemoryCluster::client); several clients of one cluster see the same
 /// ledgers, so a recovery open by one fences another's writer.
 ///
@@ -409,11 +408,6 @@ impl MemoryCluster {
     /// The cluster name.
     pub fn name(&self) -> &str {
         &self.inner.name
-    }
-
-    /// A new client of this cluster.
-    pub fn client(&self) -> MemoryBookKeeper {
-        MemoryBookKeeper::on_cluster(self.clone())
     }
 
     /// Addresses of the cluster's bookies.

@@ -1,6 +1,7 @@
 //! Read and write handles of the in-memory cluster.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,12 +11,28 @@ use futures::future::{self, BoxFuture, FutureExt};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::client::ClientState;
 use super::cluster::{AddPlan, ClusterInner, OpKind};
 use super::ledger::{Completions, LedgerCell, LedgerData, WriterStatus};
 use crate::api::{ReadHandle, WriteHandle};
 use crate::error::{BkError, BkErrorKind, Result};
 use crate::types::{EntryId, LedgerEntry, LedgerId, LedgerMetadata};
+
+/// Per-client state shared with the handles the client returned.
+#[derive(Debug, Default)]
+pub(crate) struct ClientState {
+    closed: AtomicBool,
+}
+
+impl ClientState {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Marks the client closed; returns whether it already was.
+    pub(crate) fn close(&self) -> bool {
+        self.closed.swap(true, Ordering::AcqRel)
+    }
+}
 
 /// What every handle needs: its cluster and the client that opened it.
 #[derive(Clone)]

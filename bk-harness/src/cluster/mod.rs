@@ -15,10 +15,10 @@ mod setup;
 
 pub use builder::BkClusterBuilder;
 use setup::{free_port, parse_conf_line};
-pub(crate) use setup::{log_excerpt, tail};
 
 use crate::install::{classpath, Installation};
 use crate::interop::JavaClient;
+use crate::logs::{log_excerpt, tail};
 use crate::zk::Zk;
 use crate::{StartError, JAVA_17_FLAGS};
 

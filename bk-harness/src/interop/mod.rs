@@ -23,8 +23,8 @@ pub use types::{
     DigestType, Entry, JavaError, JavaLedgerMetadata, OpenedLedger, Segment,
 };
 
-use crate::cluster::{log_excerpt, tail};
 use crate::install::{classpath, installation};
+use crate::logs::{log_excerpt, tail};
 use crate::{StartError, JAVA_17_FLAGS};
 use compile::compiled_helper;
 

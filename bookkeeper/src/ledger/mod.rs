@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use bkswitch_bk_client::{BkError, BkErrorKind, DigestType, EntryId, LedgerId};
 
-use crate::client::ClientInner;
 use crate::digest::{master_key, DigestManager, MASTER_KEY_LEN};
+use crate::inner::ClientInner;
 use crate::wire::codec::rc;
 use crate::wire::conn::{ConnError, ConnErrorKind};
 
