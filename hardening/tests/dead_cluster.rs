@@ -1,4 +1,4 @@
-//! Scenario A (SPEC §5.4): after a switch old → new reached SWITCHED, the old
+//! Scenario A (docs/DESIGN.md §5.4): after a switch old → new reached SWITCHED, the old
 //! cluster becomes unavailable — failing fast, or hanging. Migrated metadata
 //! (schemas, cursors) stays readable, reads of data ledgers still stamped
 //! `old` fail within `oldLedgerReadTimeoutMs` with a structured, retryable

@@ -11,7 +11,7 @@ use crate::types::{CreateMode, ExpectedVersion, GetResult, Stat, WatchStream};
 
 /// A versioned key-value store with watches, shaped like Pulsar's
 /// `MetadataStore`: every update of shared metadata is a compare-and-set on a
-/// node version (invariant I3).
+/// node version (invariant [I3](bkswitch_docs::invariants::I3)).
 ///
 /// # Contract
 ///

@@ -1,6 +1,6 @@
 //! The BookKeeper conformance suite, shipped as product.
 //!
-//! Every rule of BookKeeper's ledger API semantics (the project's FORMATS.md §4)
+//! Every rule of BookKeeper's ledger API semantics ([formats §4](bkswitch_docs::formats))
 //! is one public async function in [`rules`] that drives a client through a
 //! [`BookKeeperTestEnv`] and checks error codes *and* state. Run them:
 //!
