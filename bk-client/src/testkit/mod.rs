@@ -28,39 +28,24 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `env.rs` | [`BookKeeperTestEnv`] and the ready [`MemoryTestEnv`] |
-//! | `report.rs` | [`RuleResult`], [`ConformanceFailure`], [`ConformanceReport`] |
-//! | `suite.rs` | [`Rule`], [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
+//! | `suite.rs` | [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
 //! | `macros.rs` | [`bk_conformance_tests!`](crate::bk_conformance_tests) |
 //! | `rules/` | the rules, one file per family (see [`rules`]) |
 //!
 //! The metadata store's suite (`bkswitch_metadata_store::testkit`) has the same
-//! shape.
-
-use std::future::Future;
+//! shape; both are built on `bkswitch-conformance` ([`Rule`], [`RuleResult`],
+//! [`ConformanceFailure`], [`ConformanceReport`], [`block_on`]).
 
 mod env;
 mod macros;
-mod report;
 pub mod rules;
 mod suite;
 
 /// Re-exported so an environment can be implemented without another dependency.
 pub use async_trait::async_trait;
+pub use bkswitch_conformance::{block_on, ConformanceFailure, ConformanceReport, Rule, RuleResult};
 pub use env::{BookKeeperTestEnv, MemoryTestEnv};
-pub use report::{ConformanceFailure, ConformanceReport, RuleResult};
-pub use suite::{all_rules, run_all, run_rule, Rule, RULE_NAMES};
+pub use suite::{all_rules, run_all, run_rule, RULE_NAMES};
 
-/// Run a future to completion on a fresh multi-thread tokio runtime with two
-/// worker threads (used by [`bk_conformance_tests!`](crate::bk_conformance_tests)
-/// so test files need no tokio macros).
-///
-/// # Panics
-/// If the runtime cannot be built.
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("building a tokio runtime for a conformance test")
-        .block_on(future)
-}
+/// The suite's name in failures and reports.
+pub const SUITE: &str = "BookKeeper";

@@ -1,37 +1,9 @@
 //! The list of rules ([`all_rules`], [`RULE_NAMES`]) and how they are run
 //! ([`run_rule`], [`run_all`]).
 
-use std::fmt;
-use std::panic::AssertUnwindSafe;
-
-use futures::future::BoxFuture;
-use futures::FutureExt;
-
 use super::env::BookKeeperTestEnv;
-use super::report::{ConformanceFailure, ConformanceReport, RuleResult};
 use super::rules;
-
-/// One rule of the suite.
-pub struct Rule<E: ?Sized> {
-    /// The rule's name (its function name in [`rules`]).
-    pub name: &'static str,
-    /// The rule's family: the module of [`rules`] that holds it.
-    pub family: &'static str,
-    /// The BookKeeper behaviour it checks.
-    pub description: &'static str,
-    /// Runs the rule.
-    pub run: for<'a> fn(&'a E) -> BoxFuture<'a, RuleResult>,
-}
-
-impl<E: ?Sized> fmt::Debug for Rule<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rule")
-            .field("name", &self.name)
-            .field("family", &self.family)
-            .field("description", &self.description)
-            .finish()
-    }
-}
+use super::{ConformanceReport, Rule, RuleResult, SUITE};
 
 macro_rules! rule_list {
     ($($family:ident::$name:ident => $description:literal,)*) => {
@@ -86,20 +58,7 @@ rule_list! {
 
 /// Run one rule, turning a panic inside it into a failure that names the rule.
 pub async fn run_rule<E: BookKeeperTestEnv + ?Sized>(rule: &Rule<E>, env: &E) -> RuleResult {
-    match AssertUnwindSafe((rule.run)(env)).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic payload".to_string());
-            Err(ConformanceFailure {
-                rule: rule.name,
-                detail: format!("panicked: {message}"),
-            })
-        }
-    }
+    bkswitch_conformance::run_rule(SUITE, rule, env).await
 }
 
 /// Run every rule against `env` (one after the other) and report all failures.
@@ -107,19 +66,5 @@ pub async fn run_rule<E: BookKeeperTestEnv + ?Sized>(rule: &Rule<E>, env: &E) ->
 /// # Errors
 /// A [`ConformanceReport`] naming every failing rule and what it observed.
 pub async fn run_all<E: BookKeeperTestEnv + ?Sized>(env: &E) -> Result<(), ConformanceReport> {
-    let rules = all_rules::<E>();
-    let mut failures = Vec::new();
-    for rule in &rules {
-        if let Err(failure) = run_rule(rule, env).await {
-            failures.push(failure);
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(ConformanceReport {
-            total: rules.len(),
-            failures,
-        })
-    }
+    bkswitch_conformance::run_all(SUITE, &all_rules::<E>(), env).await
 }

@@ -30,19 +30,16 @@
 //! |---|---|
 //! | `env.rs` | [`MetadataStoreTestEnv`], [`TestNamespace`] and the ready [`MemoryTestEnv`] and [`ViaArc`] |
 //! | `zk_env.rs` | `ZkTestEnv`, sessions on a running ZooKeeper (the `zk` feature) |
-//! | `report.rs` | [`RuleResult`], [`ConformanceFailure`], [`ConformanceReport`] |
-//! | `suite.rs` | [`Rule`], [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
+//! | `suite.rs` | [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
 //! | `macros.rs` | [`metadata_store_conformance_tests!`](crate::metadata_store_conformance_tests) |
 //! | `rules/` | the rules, one file per family (see [`rules`]) |
 //!
 //! The BookKeeper client's suite (`bkswitch_bk_client::testkit`) has the same
-//! shape.
-
-use std::future::Future;
+//! shape; both are built on `bkswitch-conformance` ([`Rule`], [`RuleResult`],
+//! [`ConformanceFailure`], [`ConformanceReport`], [`block_on`]).
 
 mod env;
 mod macros;
-mod report;
 pub mod rules;
 mod suite;
 #[cfg(feature = "zk")]
@@ -50,24 +47,11 @@ mod zk_env;
 
 /// Re-exported so an environment can be implemented without another dependency.
 pub use async_trait::async_trait;
+pub use bkswitch_conformance::{block_on, ConformanceFailure, ConformanceReport, Rule, RuleResult};
 pub use env::{MemoryTestEnv, MetadataStoreTestEnv, TestNamespace, ViaArc};
-pub use report::{ConformanceFailure, ConformanceReport, RuleResult};
-pub use suite::{all_rules, run_all, run_rule, Rule, RULE_NAMES};
+pub use suite::{all_rules, run_all, run_rule, RULE_NAMES};
 #[cfg(feature = "zk")]
 pub use zk_env::ZkTestEnv;
 
-/// Run a future to completion on a fresh multi-thread tokio runtime with two
-/// worker threads (used by
-/// [`metadata_store_conformance_tests!`](crate::metadata_store_conformance_tests)
-/// so test files need no tokio macros).
-///
-/// # Panics
-/// If the runtime cannot be built.
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("building a tokio runtime for a conformance test")
-        .block_on(future)
-}
+/// The suite's name in failures and reports.
+pub const SUITE: &str = "metadata-store";

@@ -13,8 +13,8 @@ use super::support::{
 use crate::api::{ReadHandle, WriteHandle};
 use crate::error::{BkErrorKind, Result};
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{EntryId, NO_ENTRY};
+use bkswitch_conformance::RuleResult;
 
 /// Adds on a closed normal handle → -11, and nothing is written.
 pub async fn add_on_closed_handle_is_ledger_closed<E: BookKeeperTestEnv + ?Sized>(

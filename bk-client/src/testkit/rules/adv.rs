@@ -9,8 +9,8 @@ use super::support::{append, cleanup, create, create_adv, open, payload, put, Ch
 use crate::api::{BookKeeper, ReadHandle, WriteHandle};
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{LedgerId, LedgerState};
+use bkswitch_conformance::RuleResult;
 
 /// `create_ledger_adv` at a far id does not move the id generator there.
 pub async fn adv_does_not_touch_id_generator<E: BookKeeperTestEnv + ?Sized>(env: &E) -> RuleResult {

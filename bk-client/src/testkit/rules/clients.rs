@@ -6,8 +6,8 @@ use super::support::{append, check_entries, cleanup, create, open, Check};
 use crate::api::{BookKeeper, ReadHandle};
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::LedgerState;
+use bkswitch_conformance::RuleResult;
 
 /// Two clients of one cluster see each other's ledgers and entries.
 pub async fn clients_share_the_cluster<E: BookKeeperTestEnv + ?Sized>(env: &E) -> RuleResult {

@@ -8,8 +8,8 @@ use super::support::{
 use crate::api::{ReadHandle, WriteHandle};
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{LedgerState, NO_ENTRY};
+use bkswitch_conformance::RuleResult;
 
 /// close seals at the LAC; every opener sees CLOSED, lastEntryId = LAC and the length.
 pub async fn close_seals_at_lac<E: BookKeeperTestEnv + ?Sized>(env: &E) -> RuleResult {

@@ -6,8 +6,8 @@ use super::support::{cleanup, create, create_adv, open, put, unused_far_id, Chec
 use crate::api::{BookKeeper, ReadHandle};
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{LedgerState, NO_ENTRY};
+use bkswitch_conformance::RuleResult;
 
 /// Invalid quorums fail with -14 for both create calls and nothing is created.
 pub async fn create_rejects_invalid_quorums<E: BookKeeperTestEnv + ?Sized>(env: &E) -> RuleResult {

@@ -5,8 +5,8 @@ use super::support::{append, cleanup, create, create_adv, put, unused_far_id, Ch
 use crate::api::{BookKeeper, ReadHandle};
 use crate::error::{BkErrorKind, Result};
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::DeleteMissing;
+use bkswitch_conformance::RuleResult;
 
 fn check_delete_missing(
     c: &Check,

@@ -11,8 +11,8 @@ use super::support::{
 use crate::api::{BookKeeper, ReadHandle, WriteHandle};
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{LedgerState, NO_ENTRY};
+use bkswitch_conformance::RuleResult;
 
 /// A recovery open by another client fences the writer (-101) and seals the ledger at
 /// the writer's LAC; the writer's close then succeeds.

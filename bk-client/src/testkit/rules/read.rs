@@ -7,7 +7,7 @@ use super::support::{append, check_entries, cleanup, create, open, Check};
 use crate::api::ReadHandle;
 use crate::error::BkErrorKind;
 use crate::testkit::env::BookKeeperTestEnv;
-use crate::testkit::report::RuleResult;
+use bkswitch_conformance::RuleResult;
 
 /// `first < 0 || first > last` → -14 for both reads, on write and read handles, before
 /// the LAC check.

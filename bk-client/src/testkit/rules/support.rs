@@ -9,8 +9,9 @@ use bytes::Bytes;
 
 use crate::api::{BookKeeper, ReadHandle, WriteHandle};
 use crate::error::{BkError, BkErrorKind, Result};
-use crate::testkit::report::{ConformanceFailure, RuleResult};
+use crate::testkit::SUITE;
 use crate::types::{EntryId, LedgerConfig, LedgerEntry, LedgerId};
+use bkswitch_conformance::{ConformanceFailure, RuleResult};
 
 /// Ids used with `create_ledger_adv` are `FAR_BASE + <a freshly generated id>`, far
 /// from anything an id generator hands out.
@@ -27,10 +28,7 @@ impl Check {
     }
 
     pub(super) fn fail(&self, detail: impl Into<String>) -> ConformanceFailure {
-        ConformanceFailure {
-            rule: self.rule,
-            detail: detail.into(),
-        }
+        ConformanceFailure::new(SUITE, self.rule, detail)
     }
 
     pub(super) fn ok<T>(

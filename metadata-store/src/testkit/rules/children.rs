@@ -5,8 +5,8 @@ use super::support::{children_changed, close, expect_kind, expect_next, namespac
 use crate::error::ErrorKind;
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion, Stat};
+use bkswitch_conformance::RuleResult;
 
 /// Children are names, sorted; a missing node has none.
 pub async fn children_sorted_and_missing_is_empty<E: MetadataStoreTestEnv + ?Sized>(

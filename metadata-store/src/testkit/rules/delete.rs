@@ -4,8 +4,8 @@ use super::support::{close, expect_kind, namespace, ok, session};
 use crate::error::ErrorKind;
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::ExpectedVersion;
+use bkswitch_conformance::RuleResult;
 
 /// Delete: wrong version → BadVersion (untouched); missing → NotFound; with
 /// children → NotEmpty; `NotExists` → invalid; `/` → invalid path.

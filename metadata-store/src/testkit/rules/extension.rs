@@ -4,8 +4,8 @@
 use super::support::{close, namespace, ok, session, value};
 use crate::store::{MetadataStore, MetadataStoreExt, Update};
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion, GetResult};
+use bkswitch_conformance::RuleResult;
 
 /// `delete_recursive`, `put_if_absent` and `update` (compare-and-set loop, also
 /// under contention).

@@ -9,8 +9,8 @@ use super::support::{
 use crate::error::ErrorKind;
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion, Notification};
+use bkswitch_conformance::RuleResult;
 
 /// Ephemeral nodes belong to their session, cannot have children, and vanish
 /// when the session is closed; a closed session fails with Closed.

@@ -6,8 +6,8 @@ use crate::error::ErrorKind;
 use crate::path::MAX_VALUE_LEN;
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion};
+use bkswitch_conformance::RuleResult;
 
 /// Every operation rejects invalid paths with InvalidPath naming the path, and
 /// none of them changes anything.

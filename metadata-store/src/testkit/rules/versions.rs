@@ -6,8 +6,8 @@ use super::support::{close, expect_kind, namespace, ok, session, value};
 use crate::error::ErrorKind;
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion};
+use bkswitch_conformance::RuleResult;
 
 /// Versions start at 0 and grow by one per write; get/exists agree.
 pub async fn get_put_versions<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> RuleResult {

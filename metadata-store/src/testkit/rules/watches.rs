@@ -7,8 +7,8 @@ use super::support::{
 };
 use crate::store::MetadataStore;
 use crate::testkit::env::MetadataStoreTestEnv;
-use crate::testkit::report::RuleResult;
 use crate::types::{CreateMode, ExpectedVersion};
+use bkswitch_conformance::RuleResult;
 
 /// A watch reports creation, writes and deletion of its node, by this session
 /// or another one.
