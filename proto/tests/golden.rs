@@ -438,6 +438,7 @@ fn ml_position_info() {
         10 fe ff ff ff ff ff ff ff ff 01    #    deleteSet[0] = -2
         32 04                               # 6: individualDeletedMessageRanges[0], len 4
         08 01 10 03                         #    key 1, values [3]
+        38 80 d0 95 ff bc 31                # 7: idleSince = 1700000000000 (Pulsar 5.0)
         ",
     );
     check_golden(
@@ -458,6 +459,7 @@ fn ml_position_info() {
                 key: 1,
                 values: vec![3],
             }],
+            idle_since: Some(1_700_000_000_000),
         },
     );
 }
@@ -486,6 +488,7 @@ fn ml_managed_cursor_info() {
             ",
         ),
         wire(STAMP_BLUE),
+        wire("48 80 d0 95 ff bc 31             # 9: idleSince = 1700000000000 (Pulsar 5.0)"),
     ]
     .concat();
     check_golden(
@@ -505,6 +508,7 @@ fn ml_managed_cursor_info() {
                 delete_set: vec![-2],
             }],
             cursor_properties: vec![string_prop("a", "b"), string_prop(ATTR_KEY, "blue")],
+            idle_since: Some(1_700_000_000_000),
         },
     );
     // Only the required field: cursorsLedgerId = 0 is still written.

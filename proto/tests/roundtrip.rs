@@ -160,6 +160,7 @@ prop_compose! {
         properties in small(long_property()),
         batched_entry_deletion_index_info in small(batched_deletion()),
         individual_deleted_message_ranges in small(long_list_map()),
+        idle_since in of(any::<i64>()),
     ) -> ml::PositionInfo {
         ml::PositionInfo {
             ledger_id,
@@ -168,6 +169,7 @@ prop_compose! {
             properties,
             batched_entry_deletion_index_info,
             individual_deleted_message_ranges,
+            idle_since,
         }
     }
 }
@@ -182,6 +184,7 @@ prop_compose! {
         last_active in of(any::<i64>()),
         batched_entry_deletion_index_info in small(batched_deletion()),
         cursor_properties in small(string_property()),
+        idle_since in of(any::<i64>()),
     ) -> ml::ManagedCursorInfo {
         #[allow(deprecated, reason = "lastActive must still round-trip")]
         ml::ManagedCursorInfo {
@@ -193,6 +196,7 @@ prop_compose! {
             last_active,
             batched_entry_deletion_index_info,
             cursor_properties,
+            idle_since,
         }
     }
 }

@@ -126,6 +126,30 @@ impl IdgenSource for MemoryIdgenSource {
     }
 }
 
+/// Reads the id generator of any cluster the registry can record: in-memory
+/// clusters through [`MemoryIdgenSource`], BookKeeper clusters (`zk…://`,
+/// `metadata-store:zk:`) through [`ZkIdgenSource`] from their own ZooKeeper.
+///
+/// What a node uses when its clusters may be of either kind, as `bookie-switch
+/// serve` does.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterIdgenSource {
+    /// In-memory clusters.
+    pub memory: MemoryIdgenSource,
+    /// BookKeeper clusters.
+    pub zk: ZkIdgenSource,
+}
+
+#[async_trait]
+impl IdgenSource for ClusterIdgenSource {
+    async fn next_ledger_id(&self, uri: &ClusterUri) -> Result<i64> {
+        match uri {
+            ClusterUri::Memory { .. } => self.memory.next_ledger_id(uri).await,
+            _ => self.zk.next_ledger_id(uri).await,
+        }
+    }
+}
+
 /// The structured result of [`Registry::precheck`]
 /// ([I11](bkswitch_docs::invariants::I11)).
 ///

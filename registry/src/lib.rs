@@ -13,8 +13,8 @@ mod watcher;
 pub use election::{LeaderElection, ELECTION_RETRY_DELAY};
 pub use error::{RegistryError, Result};
 pub use idgen::{
-    next_ledger_id_from_layout, IdgenSource, MemoryIdgenSource, PrecheckResult, ZkIdgenSource,
-    MAX_AT_RISK_LISTED,
+    next_ledger_id_from_layout, ClusterIdgenSource, IdgenSource, MemoryIdgenSource, PrecheckResult,
+    ZkIdgenSource, MAX_AT_RISK_LISTED,
 };
 pub use model::{BootstrapMarker, ClusterRecord, ClusterStatus, SwitchDirective};
 pub use registry::{
