@@ -4,7 +4,9 @@
 mod cluster;
 mod install;
 mod interop;
+mod java_compile;
 mod logs;
+mod pulsar;
 mod zk;
 
 pub use cluster::{
@@ -18,6 +20,9 @@ pub use interop::{
     codes, deterministic_payload, BenchAddOptions, BenchAddResult, BenchReadResult, CreateOptions,
     DigestType, Entry, JavaClient, JavaClientBuilder, JavaError, JavaLedgerMetadata, OpenedLedger,
     Segment, CALL_TIMEOUT, SESSION_START_TIMEOUT,
+};
+pub use pulsar::{
+    encoded, judged, pulsar_lib_dir, Judged, PulsarJudge, PulsarKind, PULSAR_VERSION,
 };
 
 /// The JVM flags BookKeeper's own scripts use on Java 17 (`bin/common.sh`).

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -15,7 +15,6 @@ use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-mod compile;
 mod types;
 
 pub use types::{
@@ -24,9 +23,9 @@ pub use types::{
 };
 
 use crate::install::{classpath, installation};
+use crate::java_compile::{compiled, JavaSource};
 use crate::logs::{log_excerpt, tail};
 use crate::{StartError, JAVA_17_FLAGS};
-use compile::compiled_helper;
 
 /// The helper's source, compiled once per content (see [`JavaClient`]).
 const SOURCE: &str = include_str!("../../java/BkInterop.java");
@@ -108,7 +107,21 @@ impl JavaClientBuilder {
     /// the session's log).
     pub fn try_start(self) -> Result<JavaClient, StartError> {
         let installation = installation()?;
-        let classes = compiled_helper(&installation)?;
+        static COMPILED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        let classes = compiled(
+            &COMPILED,
+            &installation.javac,
+            &JavaSource {
+                file: "BkInterop.java",
+                text: SOURCE,
+                prefix: "interop",
+            },
+            &classpath(&installation.lib),
+            installation
+                .lib
+                .parent()
+                .unwrap_or(installation.lib.as_path()),
+        )?;
         let dir = tempfile::Builder::new()
             .prefix("bkswitch-bk-java-")
             .tempdir()

@@ -1,4 +1,5 @@
-//! Compiling the helper once per content of its source.
+//! Compiling a one-file Java helper once per content of its source, into a
+//! folder next to the jars it is compiled against.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -7,8 +8,6 @@ use std::sync::OnceLock;
 
 use sha1::{Digest, Sha1};
 
-use super::SOURCE;
-use crate::install::{classpath, Installation};
 use crate::StartError;
 
 /// The compile-cache key of a source: the first 8 bytes of its SHA-1, in hex.
@@ -19,26 +18,42 @@ fn content_key(source: &[u8]) -> String {
         .collect()
 }
 
-/// The folder of the compiled helper, compiling it on first use.
-pub(super) fn compiled_helper(installation: &Installation) -> Result<PathBuf, StartError> {
-    static COMPILED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    COMPILED
-        .get_or_init(|| compile(installation))
+/// A one-file Java helper to compile.
+pub(crate) struct JavaSource {
+    /// The file name (`BkInterop.java`).
+    pub(crate) file: &'static str,
+    /// The source text.
+    pub(crate) text: &'static str,
+    /// The cache folder prefix (`interop`, …).
+    pub(crate) prefix: &'static str,
+}
+
+/// The classes folder of `source`, compiled on first use (once per process,
+/// per source) against `classpath`, into a folder under `cache_parent`.
+pub(crate) fn compiled(
+    slot: &'static OnceLock<Result<PathBuf, String>>,
+    javac: &str,
+    source: &JavaSource,
+    classpath: &str,
+    cache_parent: &Path,
+) -> Result<PathBuf, StartError> {
+    slot.get_or_init(|| compile(javac, source, classpath, cache_parent))
         .clone()
         .map_err(StartError::new)
 }
 
-fn compile(installation: &Installation) -> Result<PathBuf, String> {
-    let name = format!("interop-{}", content_key(SOURCE.as_bytes()));
-    let preferred = installation
-        .lib
-        .parent()
-        .map(|p| p.join(&name))
-        .unwrap_or_else(|| std::env::temp_dir().join(&name));
+fn compile(
+    javac: &str,
+    source: &JavaSource,
+    classpath: &str,
+    cache_parent: &Path,
+) -> Result<PathBuf, String> {
+    let name = format!("{}-{}", source.prefix, content_key(source.text.as_bytes()));
+    let preferred = cache_parent.join(&name);
     let fallback = std::env::temp_dir().join(format!("bkswitch-{name}"));
     let mut errors = Vec::new();
     for target in [preferred, fallback] {
-        match compile_into(installation, &target) {
+        match compile_into(javac, source, classpath, &target) {
             Ok(classes) => return Ok(classes),
             Err(e) => errors.push(e),
         }
@@ -49,7 +64,12 @@ fn compile(installation: &Installation) -> Result<PathBuf, String> {
 /// Compiles into `<target>/classes` through a temporary sibling folder renamed
 /// into place, so that concurrent test binaries never see a half-compiled
 /// helper.
-fn compile_into(installation: &Installation, target: &Path) -> Result<PathBuf, String> {
+fn compile_into(
+    javac: &str,
+    source: &JavaSource,
+    classpath: &str,
+    target: &Path,
+) -> Result<PathBuf, String> {
     let classes = target.join("classes");
     if target.join(".complete").is_file() {
         return Ok(classes);
@@ -59,23 +79,24 @@ fn compile_into(installation: &Installation, target: &Path) -> Result<PathBuf, S
         .ok_or_else(|| format!("{} has no parent folder", target.display()))?;
     fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     let staging = tempfile::Builder::new()
-        .prefix(".interop-partial-")
+        .prefix(".helper-partial-")
         .tempdir_in(parent)
         .map_err(|e| format!("cannot create a folder in {}: {e}", parent.display()))?;
-    let source = staging.path().join("BkInterop.java");
-    fs::write(&source, SOURCE).map_err(|e| format!("cannot write {}: {e}", source.display()))?;
-    let output = Command::new(&installation.javac)
+    let file = staging.path().join(source.file);
+    fs::write(&file, source.text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let output = Command::new(javac)
         .args(["-nowarn", "-encoding", "UTF-8", "-d"])
         .arg(staging.path().join("classes"))
         .arg("-cp")
-        .arg(classpath(&installation.lib))
-        .arg(&source)
+        .arg(classpath)
+        .arg(&file)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", installation.javac))?;
+        .map_err(|e| format!("cannot run {javac}: {e}"))?;
     if !output.status.success() {
         return Err(format!(
-            "javac failed on the interop helper ({}):\n{}{}",
+            "javac failed on {} ({}):\n{}{}",
+            source.file,
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
