@@ -6,15 +6,29 @@
 //! The stamped ledgers (id 42, stamped to the bootstrap cluster) and the legacy
 //! one (id 42) keep the I17 check quiet: a legacy id above a stamped bootstrap
 //! id would be reported as corrupt.
+//!
+//! The `s1_*` lines compare ways to supply the active client (S1), each quiet
+//! and under a swap storm (another thread swapping the active client without
+//! pause): a plain `Arc` clone of a client no swap touches (the floor), the
+//! router's S1 (the slot table) and S1 on `arc_swap::ArcSwap`, modelled here as
+//! the router would hold it (one `ArcSwap` of a sized client, `load_full` per
+//! supply). The storm runs the router's own `switch_active_cluster` and stores
+//! the same cluster's client into the `ArcSwap`, so both suppliers see every
+//! swap; it prints how many swaps it made per second. On a shared machine the
+//! background load drifts between criterion's lines, so the bench also prints a
+//! paired comparison: the three suppliers timed in turn, in short slices, for
+//! many rounds, as median ns per supply and the ratio to the plain clone.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
 
 use bkswitch_bk_client::{
-    BookKeeper, DigestType, LedgerConfig, MemoryClientFactory, MemoryClusters, ReadHandle,
-    WriteHandleExt,
+    BookKeeper, DigestType, LedgerConfig, MemoryBookKeeper, MemoryClientFactory, MemoryClusters,
+    ReadHandle, WriteHandleExt,
 };
 use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RouterConfig};
 use bkswitch_mledger_spi::{ActiveClientSupplier, CursorResolver, LedgerResolver};
@@ -40,6 +54,116 @@ fn info(extra: usize, stamp: Option<&str>) -> LedgerInfo {
         info.set_cluster_stamp(s).unwrap();
     }
     info
+}
+
+/// S1 on `arc_swap`: the active client in one `ArcSwap`, as the router would
+/// hold it (a sized client type, so that the `ArcSwap` stores a thin pointer).
+#[derive(Debug)]
+struct ArcSwapSupplier {
+    active: ArcSwap<MemoryBookKeeper>,
+}
+
+impl ActiveClientSupplier for ArcSwapSupplier {
+    #[inline]
+    fn active_client(&self) -> Arc<dyn BookKeeper> {
+        self.active.load_full()
+    }
+}
+
+/// Another thread swapping the active client (without pause, or pausing
+/// between swaps): the router's `switch_active_cluster` and the `ArcSwap`
+/// model, alternating two clusters.
+struct SwapStorm {
+    stop: Arc<AtomicBool>,
+    swaps: Arc<AtomicU64>,
+    started: Instant,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl SwapStorm {
+    fn start(
+        storage: &MultiClusterManagedLedgerStorage,
+        model: &Arc<ArcSwapSupplier>,
+        clients: [(&'static str, Arc<MemoryBookKeeper>); 2],
+        rt: &tokio::runtime::Runtime,
+        pause: Duration,
+    ) -> SwapStorm {
+        let stop = Arc::new(AtomicBool::new(false));
+        let swaps = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (storage, model, handle) = (storage.clone(), model.clone(), rt.handle().clone());
+            let (stop, swaps) = (stop.clone(), swaps.clone());
+            std::thread::spawn(move || {
+                for (name, client) in clients.iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    handle
+                        .block_on(storage.switch_active_cluster(name))
+                        .unwrap();
+                    model.active.store(client.clone());
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
+                    }
+                }
+            })
+        };
+        SwapStorm {
+            stop,
+            swaps,
+            started: Instant::now(),
+            thread,
+        }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        let swaps = self.swaps.load(Ordering::Relaxed);
+        let rate = swaps as f64 / self.started.elapsed().as_secs_f64();
+        println!("swapper: {swaps} swaps, {rate:.0} swaps/s");
+    }
+}
+
+/// Times `f` over `n` calls, in ns per call.
+fn ns_per_call<T>(n: u32, f: &dyn Fn() -> T) -> f64 {
+    let start = Instant::now();
+    for _ in 0..n {
+        black_box(f());
+    }
+    start.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+/// A named way to supply the active client.
+type Supplier<'a> = (&'a str, &'a dyn Fn() -> Arc<dyn BookKeeper>);
+
+/// The paired comparison: each round times every supplier for a short slice,
+/// in a rotating order; prints the medians over the rounds.
+fn paired(label: &str, suppliers: [Supplier<'_>; 3]) {
+    const ROUNDS: usize = 41;
+    const CALLS: u32 = 100_000;
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for round in 0..ROUNDS {
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            times[i].push(ns_per_call(CALLS, suppliers[i].1));
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let medians: Vec<f64> = times.iter_mut().map(median).collect();
+    let line: Vec<String> = suppliers
+        .iter()
+        .zip(&medians)
+        .map(|((name, _), m)| format!("{name} {m:.2} ns ({:.2}x)", m / medians[0]))
+        .collect();
+    println!(
+        "s1 paired, {label}, median of {ROUNDS} rounds: {}",
+        line.join(", ")
+    );
 }
 
 fn resolver(c: &mut Criterion) {
@@ -106,6 +230,57 @@ fn resolver(c: &mut Criterion) {
     g.bench_function("schema_stamped", |b| {
         b.iter(|| schema.resolve(black_box(&position)).unwrap())
     });
+
+    // S1 three ways (see the module docs), quiet and under a swap storm.
+    let model_clients = [
+        (
+            "bk-a",
+            Arc::new(MemoryClusters::new().get_or_create("bk-a").client()),
+        ),
+        (
+            "bk-b",
+            Arc::new(MemoryClusters::new().get_or_create("bk-b").client()),
+        ),
+    ];
+    let model = Arc::new(ArcSwapSupplier {
+        active: ArcSwap::new(model_clients[0].1.clone()),
+    });
+    // The floor: an `Arc` no swap touches.
+    let plain: Arc<dyn BookKeeper> = Arc::new(MemoryBookKeeper::new("plain"));
+    g.bench_function("s1_baseline_arc_clone_quiet", |b| {
+        b.iter(|| black_box(&plain).clone())
+    });
+    g.bench_function("s1_table_quiet", |b| b.iter(|| router.active_client()));
+    g.bench_function("s1_arc_swap_quiet", |b| b.iter(|| model.active_client()));
+    let plain_clone = || black_box(&plain).clone();
+    let table_supply = || router.active_client();
+    let arc_swap_supply = || model.active_client();
+    let suppliers: [Supplier<'_>; 3] = [
+        ("baseline_arc_clone", &plain_clone),
+        ("table", &table_supply),
+        ("arc_swap", &arc_swap_supply),
+    ];
+    paired("quiet", suppliers);
+    // The same, with a swap every 100 µs: still far more often than any
+    // operator switches.
+    let paced = SwapStorm::start(
+        &storage,
+        &model,
+        model_clients.clone(),
+        &rt,
+        Duration::from_micros(100),
+    );
+    paired("a swap every 100 µs", suppliers);
+    paced.stop();
+    let storm = SwapStorm::start(&storage, &model, model_clients, &rt, Duration::ZERO);
+    paired("swap storm", suppliers);
+    g.bench_function("s1_baseline_arc_clone_storm", |b| {
+        b.iter(|| black_box(&plain).clone())
+    });
+    g.bench_function("s1_table_storm", |b| b.iter(|| router.active_client()));
+    g.bench_function("s1_arc_swap_storm", |b| b.iter(|| model.active_client()));
+    storm.stop();
+    rt.block_on(storage.switch_active_cluster("bk-a")).unwrap();
 
     // S1 while another thread switches every 100 µs.
     g.bench_function("supplier_baseline_arc_clone", |b| {

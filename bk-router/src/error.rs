@@ -52,7 +52,7 @@ pub enum RouterError {
         source: Box<BkError>,
     },
     /// The client cannot be closed: handles opened through it are still open
-    /// (invariant I5), or it is the active cluster.
+    /// (invariant [I5](bkswitch_docs::invariants::I5)), or it is the active cluster.
     #[error(
         "refusing to close the client of bookie cluster '{name}': {reason}{handles}",
         handles = describe_handles(*open_handles, ledger_ids)
@@ -67,7 +67,8 @@ pub enum RouterError {
         /// The ledgers those handles are open on (one entry per handle).
         ledger_ids: Vec<LedgerId>,
     },
-    /// The bootstrap cluster is recorded once and never changed (invariant I17).
+    /// The bootstrap cluster is recorded once and never changed (invariant
+    /// [I17](bkswitch_docs::invariants::I17)).
     #[error(
         "the bootstrap cluster is already '{current}' and cannot become '{requested}': \
          it is recorded once (legacy ledgers are on it) and never changed"
@@ -87,7 +88,8 @@ pub enum RouterError {
         operation: &'static str,
     },
     /// The `bootstrapClusterName` property disagrees with the bootstrap marker
-    /// recorded in the registry (invariant I17); nothing was written.
+    /// recorded in the registry (invariant [I17](bkswitch_docs::invariants::I17)); nothing was
+    /// written.
     #[error(
         "the bootstrapClusterName property says '{property}' but the registry recorded \
          '{recorded}' as the bootstrap cluster (recorded once, legacy ledgers are on it); \

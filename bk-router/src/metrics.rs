@@ -14,7 +14,8 @@ pub struct RouterMetrics {
     pub directive_failures: AtomicU64,
     /// Epoch of the last directive applied (0: none).
     pub last_applied_epoch: AtomicI64,
-    /// Unstamped ledgers found to be created after bootstrap (I17 corruption).
+    /// Unstamped ledgers found to be created after bootstrap ([I17](bkswitch_docs::invariants::I17)
+    /// corruption).
     pub unstamped_after_bootstrap: AtomicU64,
     /// Coordinator duties this node took (directives it orchestrates).
     pub coordinator_duties: AtomicU64,

@@ -1,5 +1,6 @@
 //! [`RoutedClient`]: the thin [`BookKeeper`] wrapper the router hands out, and
-//! the handle wrapper that counts open handles per cluster (invariant I5).
+//! the handle wrapper that counts open handles per cluster (invariant
+//! [I5](bkswitch_docs::invariants::I5)).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -87,10 +88,12 @@ impl ClusterState {
 /// - While the cluster is not the active one, every open, delete and read of a
 ///   handle opened through it is bounded by the storage's
 ///   `old_ledger_read_timeout`; a timeout, or an unreachable cluster, yields a
-///   retryable [`BkError`] naming the cluster and the ledger (SPEC §5 item 4).
+///   retryable [`BkError`] naming the cluster and the ledger
+///   ([design §5.4](bkswitch_docs::design)).
 ///   Operations of the active cluster are passed through untouched.
 /// - Every handle it returns is counted on its cluster until closed or dropped,
-///   so that the client is never closed under an open read (invariant I5).
+///   so that the client is never closed under an open read (invariant
+///   [I5](bkswitch_docs::invariants::I5)).
 pub struct RoutedClient {
     state: Arc<ClusterState>,
     inner: RwLock<Option<Installed>>,
@@ -262,7 +265,7 @@ impl BookKeeper for RoutedClient {
 
     /// Closes the started client, if any; the router's own close paths
     /// ([`close_client`](crate::MultiClusterManagedLedgerStorage::close_client))
-    /// also enforce I5, this one does not.
+    /// also enforce [I5](bkswitch_docs::invariants::I5), this one does not.
     async fn close(&self) -> Result<()> {
         match self.uninstall() {
             Some(c) => (*c).close().await,

@@ -1,5 +1,5 @@
 //! [`RegistrySync`]: every node follows the registry and the switch directive
-//! (SPEC §3, the config watcher).
+//! ([design §3](bkswitch_docs::design), the config watcher).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ const LEADER_POLL: Duration = Duration::from_millis(50);
 /// named by the directive's `origin`, or, without an origin, the elected
 /// leader. A node that restarts gets the duty of the current directive again
 /// when it coordinates it: the orchestrator resumes from its persisted
-/// progress (I6).
+/// progress ([I6](bkswitch_docs::invariants::I6)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoordinatorDuty {
     /// The directive's epoch.

@@ -1,4 +1,4 @@
-//! Start-up resolution through the cluster registry (SPEC §3) and the I17
+//! Start-up resolution through the cluster registry (docs/DESIGN.md §3) and the I17
 //! check of unstamped ledgers created after bootstrap.
 
 mod common;

@@ -99,7 +99,7 @@ async fn resolve_and_supply_allocate_nothing() {
             drop((a, b, c, d, e));
         }
     };
-    run(); // warm up arc-swap's per-thread state
+    run(); // warm up: anything initialized lazily on first use
     let before = allocations();
     run();
     assert_eq!(allocations() - before, 0, "the resolve hot path allocated");

@@ -14,6 +14,13 @@
 //! [`Stamped`] reports it as [`StampError::Duplicate`] instead of picking one of
 //! the values.
 //!
+//! Every method finds the stamp with one scan of the property list (keys
+//! compared by length, then bytes), which never allocates.
+//! [`Stamped::scan_cluster_stamp`] is that scan on its own, for hot paths such
+//! as a resolver consulted on every ledger open: a duplicate comes back as the
+//! zero-sized [`DuplicateStamp`], and [`Stamped::cluster_stamp`] gives the full
+//! error when one is needed.
+//!
 //! ```
 //! use bkswitch_proto::ml::ManagedCursorInfo;
 //! use bkswitch_proto::Stamped;
@@ -31,7 +38,8 @@ use crate::{ml, schema};
 /// The property key that names the bookie cluster holding a ledger.
 pub const ATTR_KEY: &str = "_pulsar.bookieClusterName";
 
-/// The key prefix reserved for properties written by Pulsar itself (invariant I16).
+/// The key prefix reserved for properties written by Pulsar itself (invariant
+/// [I16](bkswitch_docs::invariants::I16)).
 ///
 /// User-supplied properties must not use it; see [`is_reserved_key`].
 pub const RESERVED_PREFIX: &str = "_pulsar.";
@@ -80,6 +88,16 @@ pub enum StampError {
     },
 }
 
+/// The stamp key appears more than once in a property list: the metadata is
+/// corrupt.
+///
+/// What [`Stamped::scan_cluster_stamp`] reports, without detail so that the scan
+/// never allocates; [`Stamped::cluster_stamp`] reports the same condition as
+/// [`StampError::Duplicate`], with the field, the ledger and every value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("corrupt metadata: key `{ATTR_KEY}` appears more than once in one property list")]
+pub struct DuplicateStamp;
+
 /// A metadata message that carries a cluster attribution stamp.
 ///
 /// Implemented for [`ml::managed_ledger_info::LedgerInfo`],
@@ -98,6 +116,21 @@ pub trait Stamped {
     ///
     /// [`StampError::Duplicate`] when the key appears more than once.
     fn cluster_stamp(&self) -> Result<Option<&str>, StampError>;
+
+    /// Returns the stamped cluster name, or `None` for a legacy (unstamped)
+    /// ledger, without ever allocating: the scan behind every other method,
+    /// for hot paths. On a duplicate, call
+    /// [`cluster_stamp`](Stamped::cluster_stamp) for the full error.
+    ///
+    /// The default calls `cluster_stamp`; the implementations of this crate
+    /// scan directly, so that no error is built even for a duplicate.
+    ///
+    /// # Errors
+    ///
+    /// [`DuplicateStamp`] when the key appears more than once.
+    fn scan_cluster_stamp(&self) -> Result<Option<&str>, DuplicateStamp> {
+        self.cluster_stamp().map_err(|_| DuplicateStamp)
+    }
 
     /// Stamps the message with `cluster`.
     ///
@@ -165,18 +198,34 @@ struct Site {
     ledger_id: i64,
 }
 
-/// Finds the index of the only stamp entry, failing on duplicates.
-fn position<P: Property>(props: &[P], site: Site) -> Result<Option<usize>, StampError> {
+/// The only stamp entry and its index: the one scan every reader and writer of
+/// stamps uses. Compares each key by length, then bytes; allocates nothing and
+/// does not branch out of the loop, so that it stays cheap inlined into a
+/// resolver.
+#[inline]
+fn scan<P: Property>(props: &[P]) -> Result<Option<(usize, &P)>, DuplicateStamp> {
     let mut found = None;
+    let mut duplicate = false;
     for (index, prop) in props.iter().enumerate() {
-        if prop.key() == ATTR_KEY {
-            if found.is_some() {
-                return Err(duplicate(props, site));
-            }
-            found = Some(index);
+        let key = prop.key().as_bytes();
+        if key.len() == ATTR_KEY.len() && key == ATTR_KEY.as_bytes() {
+            duplicate |= found.is_some();
+            found = Some((index, prop));
         }
     }
-    Ok(found)
+    if duplicate {
+        Err(DuplicateStamp)
+    } else {
+        Ok(found)
+    }
+}
+
+/// The index of the only stamp entry, failing on duplicates with the full error.
+fn position<P: Property>(props: &[P], site: Site) -> Result<Option<usize>, StampError> {
+    match scan(props) {
+        Ok(found) => Ok(found.map(|(index, _)| index)),
+        Err(DuplicateStamp) => Err(duplicate(props, site)),
+    }
 }
 
 #[cold]
@@ -194,7 +243,10 @@ fn duplicate<P: Property>(props: &[P], site: Site) -> StampError {
 }
 
 fn get<P: Property>(props: &[P], site: Site) -> Result<Option<&str>, StampError> {
-    Ok(position(props, site)?.map(|index| props[index].value()))
+    match scan(props) {
+        Ok(found) => Ok(found.map(|(_, prop)| prop.value())),
+        Err(DuplicateStamp) => Err(duplicate(props, site)),
+    }
 }
 
 fn set<P: Property>(props: &mut Vec<P>, site: Site, cluster: &str) -> Result<(), StampError> {
@@ -230,6 +282,11 @@ macro_rules! impl_stamped {
                     ledger_id: self.$ledger_id,
                 };
                 get(&self.$props, site)
+            }
+
+            #[inline]
+            fn scan_cluster_stamp(&self) -> Result<Option<&str>, DuplicateStamp> {
+                Ok(scan(&self.$props)?.map(|(_, prop)| prop.value()))
             }
 
             fn set_cluster_stamp(&mut self, cluster: &str) -> Result<(), StampError> {
@@ -376,6 +433,32 @@ mod tests {
     }
 
     #[test]
+    fn scan_agrees_with_cluster_stamp() {
+        let cases: [&[(&str, &str)]; 5] = [
+            &[],
+            &[("a", "1")],
+            &[("a", "1"), (ATTR_KEY, "blue"), ("b", "2")],
+            &[(ATTR_KEY, "blue"), ("a", "1"), (ATTR_KEY, "green")],
+            // Same length as the key, different bytes; and a key one byte short.
+            &[
+                ("_pulsar.bookieClusterNamf", "x"),
+                ("_pulsar.bookieClusterNam", "y"),
+            ],
+        ];
+        for props in cases {
+            let info = ledger(props);
+            match info.cluster_stamp() {
+                Ok(stamp) => assert_eq!(info.scan_cluster_stamp(), Ok(stamp), "{props:?}"),
+                Err(StampError::Duplicate { .. }) => {
+                    assert_eq!(info.scan_cluster_stamp(), Err(DuplicateStamp), "{props:?}")
+                }
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(DuplicateStamp.to_string().contains(ATTR_KEY));
+    }
+
+    #[test]
     fn cursor_info_uses_cursor_properties() {
         let mut cursor = ml::ManagedCursorInfo {
             cursors_ledger_id: 99,
@@ -388,6 +471,7 @@ mod tests {
         cursor.set_cluster_stamp("blue").unwrap();
         assert_eq!(cursor.cursor_properties[1].name, ATTR_KEY);
         assert_eq!(cursor.cluster_stamp(), Ok(Some("blue")));
+        assert_eq!(cursor.scan_cluster_stamp(), Ok(Some("blue")));
         cursor.cursor_properties.push(ml::StringProperty {
             name: ATTR_KEY.to_owned(),
             value: "blue".to_owned(),
@@ -401,6 +485,7 @@ mod tests {
             }
             other => panic!("expected a duplicate error, got {other:?}"),
         }
+        assert_eq!(cursor.scan_cluster_stamp(), Err(DuplicateStamp));
     }
 
     #[test]
@@ -411,6 +496,7 @@ mod tests {
             properties: Vec::new(),
         };
         position.set_cluster_stamp("blue").unwrap();
+        assert_eq!(position.scan_cluster_stamp(), Ok(Some("blue")));
         assert_eq!(
             position.properties,
             vec![schema::KeyValue {

@@ -19,7 +19,8 @@ pub mod ml {
     //! a cursor-ledger entry).
     //!
     //! prost drops fields it does not know when it re-encodes a message, so every
-    //! upstream field is defined here (invariant I7): a field added upstream must
+    //! upstream field is defined here (invariant
+    //! [I7](bkswitch_docs::invariants::I7)): a field added upstream must
     //! be added here before we rewrite values that may carry it.
     #![allow(
         missing_docs,
@@ -50,7 +51,7 @@ pub mod schema {
     include!(concat!(env!("OUT_DIR"), "/pulsar.schema.rs"));
 }
 
-pub use attribution::{StampError, Stamped, ATTR_KEY, RESERVED_PREFIX};
+pub use attribution::{DuplicateStamp, StampError, Stamped, ATTR_KEY, RESERVED_PREFIX};
 pub use codec::{
     decode_managed_cursor_info, decode_managed_ledger_info, encode_managed_cursor_info,
     encode_managed_ledger_info, CodecError, MetadataKind,

@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 
 use bkswitch_proto::ml::{self, managed_ledger_info::LedgerInfo};
-use bkswitch_proto::{schema, Stamped, ATTR_KEY};
+use bkswitch_proto::{schema, DuplicateStamp, Stamped, ATTR_KEY};
 
 struct CountingAllocator;
 
@@ -184,4 +184,33 @@ fn replacing_a_stamp_with_one_of_equal_or_shorter_length_does_not_allocate() {
     info.set_cluster_stamp("green").unwrap();
     assert_eq!(allocations() - before, 0);
     assert_eq!(info.cluster_stamp(), Ok(Some("green")));
+}
+
+#[test]
+fn the_hot_path_scan_does_not_allocate_even_for_a_duplicate() {
+    let ledger = |properties| LedgerInfo {
+        ledger_id: 6,
+        properties,
+        ..Default::default()
+    };
+    let only = ledger(vec![kv(ATTR_KEY, "blue")]);
+    let none = ledger(vec![]);
+    let last_of_eight = ledger(
+        eight_properties_stamp_last()
+            .iter()
+            .map(|(k, v)| kv(k, v))
+            .collect(),
+    );
+    let duplicate = ledger(vec![kv(ATTR_KEY, "blue"), kv(ATTR_KEY, "green")]);
+    assert_eq!(last_of_eight.scan_cluster_stamp(), Ok(Some("blue")));
+    assert_eq!(duplicate.scan_cluster_stamp(), Err(DuplicateStamp));
+
+    let scan = |info: &LedgerInfo| {
+        info.scan_cluster_stamp()
+            .map_or(Some(usize::MAX), |s| s.map(str::len))
+    };
+    assert_eq!(allocations_during(|| scan(black_box(&only))), 0);
+    assert_eq!(allocations_during(|| scan(black_box(&none))), 0);
+    assert_eq!(allocations_during(|| scan(black_box(&last_of_eight))), 0);
+    assert_eq!(allocations_during(|| scan(black_box(&duplicate))), 0);
 }
