@@ -87,6 +87,20 @@ else
   skipped+=("cargo machete: cargo-machete $MACHETE_VERSION could not be installed")
 fi
 
+step "SPI purity (default features)"
+# The SPI crates build on their own without a ZooKeeper client or a
+# compressor: an implementer depending on them gets neither.
+cargo check --quiet -p bkswitch-proto -p bkswitch-metadata-store \
+  -p bkswitch-mledger-spi -p bkswitch-schema-spi -p bkswitch-bk-client --all-targets
+for spi in bkswitch-mledger-spi bkswitch-schema-spi bkswitch-bk-client; do
+  for banned in zookeeper-async zstd; do
+    if cargo tree --quiet -p "$spi" -e normal -i "$banned" >/dev/null 2>&1; then
+      echo "error: $spi depends on $banned (see the crates' Features sections)" >&2
+      exit 1
+    fi
+  done
+done
+
 step "cargo test"
 cargo test --workspace --all-features
 

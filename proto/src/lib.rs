@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod attribution;
+#[cfg(feature = "codec")]
 pub mod codec;
 
 pub mod ml {
@@ -52,6 +53,7 @@ pub mod schema {
 }
 
 pub use attribution::{DuplicateStamp, StampError, Stamped, ATTR_KEY, RESERVED_PREFIX};
+#[cfg(feature = "codec")]
 pub use codec::{
     decode_managed_cursor_info, decode_managed_ledger_info, encode_managed_cursor_info,
     encode_managed_ledger_info, CodecError, MetadataKind,
