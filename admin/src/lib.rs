@@ -15,5 +15,8 @@ mod traffic;
 pub mod wire;
 
 pub use client::{AdminClient, ClientError};
-pub use node::{Node, NodeConfig, NodeError, Ownership, WeakNode, DEFAULT_OWNERS_ROOT};
+pub use node::{
+    standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
+    WeakNode, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
+};
 pub use traffic::{PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};

@@ -143,6 +143,19 @@ pub trait BookKeeper: Send + Sync + Debug {
     /// Implementations may report a failure to release resources; the client is
     /// closed anyway.
     async fn close(&self) -> Result<()>;
+
+    /// How many bookies of the cluster accept writes now, as far as the client
+    /// knows (`None`: the client has no notion of bookies — the default, and
+    /// what the in-memory client answers).
+    ///
+    /// # Contract
+    /// Cheap and non-blocking: answered from the client's view of the
+    /// cluster's bookie registrations, which follows joins and departures.
+    /// Operators' probes use it to refuse a cluster that has no bookie at all
+    /// (typically a mistyped ledgers root) before anything is recorded.
+    fn writable_bookies(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A handle to read one ledger.
@@ -281,6 +294,25 @@ pub trait ClientFactory: Send + Sync + Debug {
     /// [`InvalidArgument`](BkErrorKind::InvalidArgument) (-14) naming the URI and the
     /// supported schemes; a cluster that cannot be reached → retryable error.
     async fn create(&self, metadata_service_uri: &str) -> Result<Arc<dyn BookKeeper>>;
+
+    /// Create a client for the cluster behind `metadata_service_uri`, known to
+    /// its caller (the registry) as `cluster_name`.
+    ///
+    /// Factories whose clients can carry a name (the real BookKeeper client
+    /// reports it in [`BookKeeper::cluster_name`] and in every error) override
+    /// this; the default ignores the name and calls [`create`](Self::create).
+    /// Callers that know the registered name use this method.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    async fn create_named(
+        &self,
+        cluster_name: &str,
+        metadata_service_uri: &str,
+    ) -> Result<Arc<dyn BookKeeper>> {
+        let _ = cluster_name;
+        self.create(metadata_service_uri).await
+    }
 }
 
 #[async_trait]
@@ -328,6 +360,10 @@ impl<T: BookKeeper + ?Sized> BookKeeper for Arc<T> {
 
     async fn close(&self) -> Result<()> {
         (**self).close().await
+    }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        (**self).writable_bookies()
     }
 }
 

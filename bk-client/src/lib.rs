@@ -4,6 +4,7 @@
 mod api;
 mod error;
 pub mod memory;
+mod schemes;
 pub mod testkit;
 mod types;
 
@@ -16,6 +17,7 @@ pub use memory::{
     FencedRecreateFailure, MemoryBookKeeper, MemoryClientFactory, MemoryCluster,
     MemoryClusterConfig, MemoryClusters, OpKind, UnavailableMode,
 };
+pub use schemes::SchemeClientFactory;
 pub use types::{
     DeleteMissing, DigestType, Ensemble, EntryId, LedgerConfig, LedgerEntry, LedgerId,
     LedgerMetadata, LedgerState, NO_ENTRY,

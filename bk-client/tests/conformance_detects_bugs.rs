@@ -160,6 +160,10 @@ impl BookKeeper for Buggy {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        self.inner.writable_bookies()
+    }
 }
 
 struct BuggyEnv {

@@ -140,7 +140,7 @@ async fn with_registry(
             }
             let uri = rec.metadata_service_uri.clone();
             let client = factory
-                .create(&uri)
+                .create_named(&active, &uri)
                 .await
                 .map_err(client_start(&active, &uri))?;
             (active, uri, Plan::RegistryActive, client)
@@ -165,7 +165,7 @@ async fn with_registry(
                 }
             };
             let client = factory
-                .create(&uri)
+                .create_named(hint, &uri)
                 .await
                 .map_err(client_start(hint, &uri))?;
             (hint.to_owned(), uri, plan, client)
@@ -273,10 +273,11 @@ async fn without_registry(
         }
     }
     let hint = property(settings, CURRENT_CLUSTER_NAME);
-    let client = factory
-        .create(uri)
-        .await
-        .map_err(client_start(hint.unwrap_or("<unnamed>"), uri))?;
+    let client = match hint {
+        Some(name) => factory.create_named(name, uri).await,
+        None => factory.create(uri).await,
+    }
+    .map_err(client_start(hint.unwrap_or("<unnamed>"), uri))?;
     let name = hint.unwrap_or(client.cluster_name()).to_owned();
     if let Err(e) = state.add_cluster(&name, uri) {
         discard(client).await;

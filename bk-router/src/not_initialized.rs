@@ -65,4 +65,8 @@ impl BookKeeper for NotInitializedClient {
     async fn close(&self) -> Result<()> {
         Ok(())
     }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        None
+    }
 }

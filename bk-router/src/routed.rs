@@ -272,6 +272,10 @@ impl BookKeeper for RoutedClient {
             None => Ok(()),
         }
     }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        self.current().ok()?.client.writable_bookies()
+    }
 }
 
 /// A handle opened through a [`RoutedClient`]: counted on its cluster until

@@ -183,14 +183,15 @@ impl State {
             return Ok(slot);
         }
         let factory = self.factory("connecting a cluster")?;
-        let raw = factory
-            .create(&uri)
-            .await
-            .map_err(|source| RouterError::ClientStart {
-                name: name.to_owned(),
-                uri: uri.clone(),
-                source: Box::new(source),
-            })?;
+        let raw =
+            factory
+                .create_named(name, &uri)
+                .await
+                .map_err(|source| RouterError::ClientStart {
+                    name: name.to_owned(),
+                    uri: uri.clone(),
+                    source: Box::new(source),
+                })?;
         self.install(name, raw)
     }
 

@@ -411,6 +411,10 @@ impl BookKeeper for BookKeeperClient {
     async fn close(&self) -> Result<(), BkError> {
         self.inner.close().await
     }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        Some(self.inner.bookies.current().writable.len())
+    }
 }
 
 /// Builds [`BookKeeperClient`]s from metadata-service URIs, so that the router
@@ -447,6 +451,25 @@ impl ClientFactory for BookKeeperClientFactory {
     async fn create(&self, metadata_service_uri: &str) -> Result<Arc<dyn BookKeeper>, BkError> {
         let mut config = self.config.clone();
         config.cluster_name = self.names.get(metadata_service_uri).cloned();
+        Ok(Arc::new(
+            BookKeeperClient::connect(metadata_service_uri, config).await?,
+        ))
+    }
+
+    /// As [`create`](ClientFactory::create), the client reporting `cluster_name`
+    /// (unless [`with_name`](Self::with_name) named the URI).
+    async fn create_named(
+        &self,
+        cluster_name: &str,
+        metadata_service_uri: &str,
+    ) -> Result<Arc<dyn BookKeeper>, BkError> {
+        let mut config = self.config.clone();
+        config.cluster_name = Some(
+            self.names
+                .get(metadata_service_uri)
+                .cloned()
+                .unwrap_or_else(|| cluster_name.to_owned()),
+        );
         Ok(Arc::new(
             BookKeeperClient::connect(metadata_service_uri, config).await?,
         ))

@@ -5,6 +5,7 @@ mod bookies;
 mod client;
 mod config;
 pub mod digest;
+mod idgen;
 mod inner;
 mod ledger;
 mod meta;
@@ -21,6 +22,7 @@ pub mod proto {
 pub use bookies::BookieSet;
 pub use client::{BookKeeperClient, BookKeeperClientFactory, MAX_ENSEMBLE_SIZE};
 pub use config::ClientConfig;
+pub use idgen::{advance_ledger_id_generator, next_ledger_id, IdgenAdvance};
 pub use meta::format::{
     decode as decode_ledger_metadata, encode as encode_ledger_metadata, LedgerRecord,
     METADATA_FORMAT_VERSION,

@@ -62,6 +62,17 @@ async fn factory_names_clients_and_refuses_bad_uris_clearly() {
     let factory = BookKeeperClientFactory::new(ClientConfig::default()).with_name(&uri, "bk-east");
     let bk: Arc<dyn BookKeeper> = factory.create(&uri).await.unwrap();
     assert_eq!(bk.cluster_name(), "bk-east");
+    assert_eq!(bk.writable_bookies(), Some(cluster.writable_bookies().len()));
+    // `create_named` names the client, unless `with_name` named the URI.
+    let named = BookKeeperClientFactory::new(ClientConfig::default())
+        .create_named("bk-west", &uri)
+        .await
+        .unwrap();
+    assert_eq!(named.cluster_name(), "bk-west");
+    named.close().await.unwrap();
+    let fixed = factory.create_named("bk-west", &uri).await.unwrap();
+    assert_eq!(fixed.cluster_name(), "bk-east");
+    fixed.close().await.unwrap();
     let w = bk.create_ledger(&LedgerConfig::default()).await.unwrap();
     w.add_entry(Bytes::from_static(b"via the factory"))
         .await
@@ -105,6 +116,7 @@ async fn bookies_joining_leaving_and_read_only() {
         .await
         .unwrap();
     assert_eq!(bk.bookies().writable.len(), 3);
+    assert_eq!(BookKeeper::writable_bookies(&bk), Some(3));
     // Four bookies are needed for an ensemble of 4.
     let e = bk
         .create_ledger(&LedgerConfig::default().with_quorums(4, 2, 2))
@@ -130,6 +142,7 @@ async fn bookies_joining_leaving_and_read_only() {
         !bk.bookies().writable.contains(&new_id)
     })
     .await;
+    assert_eq!(BookKeeper::writable_bookies(&bk), Some(3));
 
     // A read-only bookie is never placed in an ensemble.
     let ro = tokio::task::block_in_place(|| cluster.add_bookie_with(&["forceReadOnlyBookie=true"]));

@@ -631,3 +631,60 @@ async fn two_clusters_on_one_zookeeper_share_ids_without_crosstalk() {
     bka.close().await.unwrap();
     bkb.close().await.unwrap();
 }
+
+/// The operator's step before a switch, on real bookies: advancing the
+/// generator moves a running Rust client at once, a fresh Java client too;
+/// a Java client started before the step keeps its short ids (BookKeeper's
+/// `LongZkLedgerIdGenerator` caches that `idgen-long` is absent), which is why
+/// the step must come before any long-lived client of the cluster starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advancing_the_id_generator_for_rust_and_java_clients() {
+    if !bkswitch_bk_harness::bk_available() {
+        return;
+    }
+    let cluster = BkCluster::on_shared_zk(1);
+    let uri = cluster.metadata_service_uri();
+    let cfg = ClientConfig::default();
+    let early_java = java_client(&cluster);
+    let rust = rust_client(&cluster).await;
+    let one = LedgerConfig::default().with_quorums(1, 1, 1);
+    let before = rust.create_ledger(&one).await.unwrap().id();
+    let java_before = java(|| early_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
+    assert!(before < 1 << 31 && java_before < 1 << 31);
+    let next = bkswitch_bookkeeper::next_ledger_id(&uri, &cfg).await.unwrap();
+    assert!(next > before.max(java_before), "{next}");
+
+    // Beyond an id of the second HOB: every later id is at least 3 << 32.
+    let above = (2_i64 << 32) + 5;
+    let step = bkswitch_bookkeeper::advance_ledger_id_generator(&uri, above, &cfg)
+        .await
+        .unwrap();
+    assert!(step.advanced && step.next_before == next, "{step:?}");
+    assert_eq!(step.next_after, 3 << 32);
+    let again = bkswitch_bookkeeper::advance_ledger_id_generator(&uri, above, &cfg)
+        .await
+        .unwrap();
+    assert!(!again.advanced, "{again:?}");
+
+    let rust_after = rust.create_ledger(&one).await.unwrap().id();
+    assert!(rust_after > above, "{rust_after}");
+    let fresh_java = java_client(&cluster);
+    let java_after = java(|| fresh_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
+    assert!(java_after > above && java_after != rust_after, "{java_after}");
+    let stale = java(|| early_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
+    assert!(
+        stale < 1 << 31,
+        "a Java client started before the step kept short ids: {stale}"
+    );
+    rust.close().await.unwrap();
+
+    // A malformed URI and a negative bound are refused.
+    let e = bkswitch_bookkeeper::advance_ledger_id_generator("zk+hierarchical://h/l", 1, &cfg)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), -14, "{e}");
+    let e = bkswitch_bookkeeper::advance_ledger_id_generator(&uri, -3, &cfg)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), -14, "{e}");
+}

@@ -19,6 +19,13 @@ use bkswitch_proto::ml::ManagedCursorInfo;
 use crate::clock::Clock;
 use crate::error::{ManagedLedgerError, Result};
 
+/// How long [`Ctx::resolve_ledger_to_open`] waits for a cluster's client to
+/// start.
+pub(crate) const CLIENT_START_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How often it asks the hook again meanwhile.
+const CLIENT_START_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Root of the managed-ledger metadata tree.
 pub(crate) const ROOT: &str = "/managed-ledgers";
 
@@ -77,6 +84,37 @@ impl Ctx {
                 )
             }),
             None => Ok(self.client.clone()),
+        }
+    }
+
+    /// S2 for a path that opens the ledger at once (a read, the recovery of
+    /// the last ledger at load): like [`resolve_ledger`](Self::resolve_ledger),
+    /// but while the hook answers that the cluster's client is starting
+    /// (retryable, with a `retry_after`), it waits and asks again, for up to
+    /// [`CLIENT_START_WAIT`]. After a restart the client of a non-active
+    /// cluster starts on the first ledger that needs it; without the wait that
+    /// first read would fail although the cluster is healthy.
+    pub(crate) async fn resolve_ledger_to_open(
+        &self,
+        info: &LedgerInfo,
+    ) -> Result<Arc<dyn BookKeeper>> {
+        let Some(resolver) = &self.config.hooks.ledger_resolver else {
+            return Ok(self.client.clone());
+        };
+        let deadline = tokio::time::Instant::now() + CLIENT_START_WAIT;
+        loop {
+            match resolver.resolve_ledger(info) {
+                Err(e)
+                    if e.is_retryable()
+                        && e.retry_after().is_some()
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    let pause = e.retry_after().unwrap_or_default().min(CLIENT_START_POLL);
+                    tokio::time::sleep(pause).await;
+                }
+                Err(_) => return self.resolve_ledger(info),
+                Ok(client) => return Ok(client),
+            }
         }
     }
 

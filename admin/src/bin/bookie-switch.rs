@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use bkswitch_admin::demo::{render, run_demo, DemoOptions};
 use bkswitch_admin::wire::BASE_PATH;
-use bkswitch_admin::{Node, NodeConfig, NodeError, TopicHandle, Traffic};
-use bkswitch_bk_client::{MemoryClientFactory, MemoryClusters};
+use bkswitch_admin::{
+    standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, TopicHandle,
+    Traffic,
+};
+use bkswitch_bk_client::MemoryClusters;
+use bkswitch_bookkeeper::ClientConfig;
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
-use bkswitch_registry::MemoryIdgenSource;
 use clap::{Args, Parser, Subcommand};
 
 /// Switch a broker's BookKeeper cluster at runtime (PIP-477).
@@ -30,6 +33,22 @@ enum Command {
     /// Run a node: multi-cluster storage, registry watcher, coordinator and the
     /// bookie-clusters REST API.
     Serve(ServeArgs),
+    /// Read or advance a BookKeeper cluster's ledger-id generator (the step
+    /// before a switch that the precheck checks).
+    Idgen(IdgenArgs),
+}
+
+#[derive(Debug, Args)]
+struct IdgenArgs {
+    /// The cluster's metadata-service URI, e.g.
+    /// `zk+hierarchical://127.0.0.1:2181/ledgers`.
+    #[arg(long)]
+    metadata_service_uri: String,
+    /// Make every id the cluster hands out from now on greater than this
+    /// (the source cluster's `sourceNextLedgerId` from the precheck, or its
+    /// highest ledger id). Without it, print the next id only.
+    #[arg(long, value_name = "LEDGER_ID")]
+    advance_beyond: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -77,8 +96,11 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// The initial cluster's metadata-service URI (Pulsar's
-    /// bookkeeperMetadataServiceUri). `memory://<name>` clusters live in this
-    /// process.
+    /// bookkeeperMetadataServiceUri): a real BookKeeper cluster
+    /// (`zk+hierarchical://host:port/ledgers`, also `zk://`,
+    /// `zk+longhierarchical://`), or `memory://<name>` for a cluster living in
+    /// this process. Later clusters are registered by their URI through the
+    /// REST API.
     #[arg(long, default_value = "memory://old")]
     bookkeeper_uri: String,
     /// Name hint of the initial cluster (`currentClusterName`).
@@ -130,6 +152,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Demo(a) => demo(a).await,
             Command::Serve(a) => serve(a).await,
+            Command::Idgen(a) => idgen(a).await,
         }
     })
 }
@@ -171,6 +194,31 @@ async fn demo(a: DemoArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("bookie-switch demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn idgen(a: IdgenArgs) -> ExitCode {
+    let config = ClientConfig::default();
+    let uri = &a.metadata_service_uri;
+    let result = match a.advance_beyond {
+        None => bkswitch_bookkeeper::next_ledger_id(uri, &config)
+            .await
+            .map(|next| println!("{{\"nextLedgerId\":{next}}}")),
+        Some(above) => bkswitch_bookkeeper::advance_ledger_id_generator(uri, above, &config)
+            .await
+            .map(|r| {
+                println!(
+                    "{{\"nextLedgerIdBefore\":{},\"nextLedgerId\":{},\"advanced\":{}}}",
+                    r.next_before, r.next_after, r.advanced
+                );
+            }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bookie-switch idgen: {uri}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -218,7 +266,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
     let mut cfg = NodeConfig::new(
         &a.node_id,
         store,
-        Arc::new(MemoryClientFactory::with_clusters(clusters.clone())),
+        standard_client_factory(clusters.clone(), ClientConfig::default()),
         &a.bookkeeper_uri,
         &a.admin_token,
         &a.internal_token,
@@ -226,7 +274,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
     cfg.listen = a.listen;
     cfg.cluster_name = a.cluster_name;
     cfg.registry_root = a.registry_root;
-    cfg.idgen = Some(Arc::new(MemoryIdgenSource { clusters }));
+    cfg.idgen = Some(standard_idgen_source(clusters));
     cfg.forced_rollover_rate = (a.forced_rollover_rate > 0).then_some(a.forced_rollover_rate);
     cfg.old_ledger_read_timeout = Duration::from_millis(a.old_ledger_read_timeout_ms);
     let node = match Node::start(cfg).await {

@@ -148,6 +148,14 @@ impl From<NodeError> for ApiError {
             NodeError::Registry(r) => r.into(),
             NodeError::Orchestrator(o) => o.into(),
             NodeError::Router(r) => r.into(),
+            e @ NodeError::ClusterProbe { .. } => {
+                let msg = e.to_string();
+                if e.is_retryable() {
+                    ApiError::unavailable(msg)
+                } else {
+                    ApiError::invalid(Some("metadataServiceUri"), msg)
+                }
+            }
             other => ApiError::internal(other.to_string()),
         }
     }

@@ -47,8 +47,7 @@ pub(super) async fn register(
     checked_name(&name)?;
     let status = body.status.unwrap_or(ClusterStatus::Standby);
     let record = node
-        .registry()
-        .register(&name, &body.metadata_service_uri, status)
+        .register_cluster(&name, &body.metadata_service_uri, status)
         .await?;
     Ok(Json(record).into_response())
 }

@@ -4,13 +4,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_bk_client::ClientFactory;
+use bkswitch_bk_client::{ClientFactory, MemoryClientFactory, MemoryClusters, SchemeClientFactory};
 use bkswitch_bk_router::RouterError;
+use bkswitch_bookkeeper::{BookKeeperClientFactory, ClientConfig, SUPPORTED_SCHEMES};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_managed_ledger::ManagedLedgerError;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
-use bkswitch_registry::IdgenSource;
+use bkswitch_registry::{ClusterIdgenSource, IdgenSource, MemoryIdgenSource, ZkIdgenSource};
 use bkswitch_switch_orchestrator::{OrchestratorConfig, OrchestratorError};
 
 use super::ownership::DEFAULT_OWNERS_ROOT;
@@ -67,6 +68,37 @@ impl std::fmt::Debug for NodeConfig {
             .field("listen", &self.listen)
             .finish_non_exhaustive()
     }
+}
+
+/// The client factory `bookie-switch serve` uses: `memory://<name>` clusters
+/// from `memory` (living in this process), and real BookKeeper clusters for
+/// every scheme of [`bkswitch_bookkeeper::SUPPORTED_SCHEMES`] (`zk://`,
+/// `zk+hierarchical://`, `zk+longhierarchical://`, `zk+null://`) through the
+/// Rust BookKeeper client with `config`. Each client reports its registered
+/// name.
+pub fn standard_client_factory(
+    memory: MemoryClusters,
+    config: ClientConfig,
+) -> Arc<dyn ClientFactory> {
+    let real: Arc<dyn ClientFactory> = Arc::new(BookKeeperClientFactory::new(config));
+    Arc::new(
+        SchemeClientFactory::new()
+            .with_scheme(
+                "memory",
+                Arc::new(MemoryClientFactory::with_clusters(memory)),
+            )
+            .with_schemes(SUPPORTED_SCHEMES, &real),
+    )
+}
+
+/// The id-generator source matching [`standard_client_factory`]: `memory://`
+/// clusters from `memory`, BookKeeper clusters from their own ZooKeeper layout
+/// (`idgen`, `idgen-long/HOB-*`).
+pub fn standard_idgen_source(memory: MemoryClusters) -> Arc<dyn IdgenSource> {
+    Arc::new(ClusterIdgenSource {
+        memory: MemoryIdgenSource { clusters: memory },
+        zk: ZkIdgenSource::default(),
+    })
 }
 
 impl NodeConfig {
@@ -135,4 +167,36 @@ pub enum NodeError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A cluster offered for registration cannot serve: its client does not
+    /// start, or it has no writable bookie. Nothing was recorded.
+    #[error(
+        "cannot register bookie cluster `{name}` at `{uri}`: {reason}; check the URI (scheme, \
+         ZooKeeper address, ledgers root) and that the cluster's ZooKeeper and bookies are up. \
+         Nothing was registered"
+    )]
+    ClusterProbe {
+        /// The cluster's name.
+        name: String,
+        /// Its metadata-service URI.
+        uri: String,
+        /// What the probe found.
+        reason: String,
+        /// The client's error, when it did not start.
+        #[source]
+        source: Option<Box<bkswitch_bk_client::BkError>>,
+    },
+}
+
+impl NodeError {
+    /// Whether the cause may go away by itself (the cluster unreachable now),
+    /// as opposed to a request that cannot succeed as written.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            NodeError::ClusterProbe { source, .. } => source
+                .as_ref()
+                .is_none_or(|e| e.is_retryable()),
+            NodeError::Metadata(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
 }

@@ -32,11 +32,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use bkswitch_bk_client::BkError;
 use bkswitch_bk_router::{MultiClusterManagedLedgerStorage, RegistrySync};
 use bkswitch_managed_ledger::schema::SchemaStorage;
 use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory};
 use bkswitch_mledger_spi::ManagedLedgerStorage;
-use bkswitch_registry::Registry;
+use bkswitch_registry::{ClusterRecord, ClusterStatus, ClusterUri, Registry, RegistryError};
 use bkswitch_switch_orchestrator::{
     CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator,
     PromoteError,
@@ -44,7 +45,10 @@ use bkswitch_switch_orchestrator::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{NodeConfig, NodeError};
+pub use config::{standard_client_factory, standard_idgen_source, NodeConfig, NodeError};
+
+/// How long [`Node::probe_cluster`] waits for a cluster's client to start.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 pub use ownership::{Ownership, DEFAULT_OWNERS_ROOT};
 
 use crate::wire::NodeStatus;
@@ -244,6 +248,87 @@ impl Node {
 
     /// This node's status (what `GET /status` answers).
     ///
+    /// Registers the bookie cluster `name` at `metadata_service_uri` with
+    /// `status`, after [probing](Self::probe_cluster) that it can serve: a
+    /// malformed URI, a scheme no client handles, an unreachable ZooKeeper or a
+    /// cluster without a writable bookie is refused and nothing is recorded.
+    ///
+    /// # Errors
+    /// [`NodeError::Registry`] for a bad name or URI and the registry's own
+    /// refusals (name or URI taken, another ACTIVE cluster);
+    /// [`NodeError::ClusterProbe`] when the probe fails.
+    pub async fn register_cluster(
+        &self,
+        name: &str,
+        metadata_service_uri: &str,
+        status: ClusterStatus,
+    ) -> Result<ClusterRecord, NodeError> {
+        bkswitch_registry::validate_name(name)?;
+        ClusterUri::parse(metadata_service_uri)?;
+        if let Some(existing) = self.registry().get(name).await? {
+            return Err(NodeError::Registry(RegistryError::AlreadyExists {
+                name: existing.name,
+            }));
+        }
+        self.probe_cluster(name, metadata_service_uri).await?;
+        Ok(self
+            .registry()
+            .register(name, metadata_service_uri, status)
+            .await?)
+    }
+
+    /// Starts a client of `metadata_service_uri` through the node's factory,
+    /// checks that the cluster has at least one writable bookie (when the
+    /// client knows its bookies), and closes it again. Bounded by
+    /// [`PROBE_TIMEOUT`]. Writes nothing to the broker's metadata; a real
+    /// BookKeeper client creates the cluster's `LAYOUT` node when it is
+    /// missing, as BookKeeper's own client does.
+    ///
+    /// # Errors
+    /// [`NodeError::ClusterProbe`] naming the cluster, the URI and the cause.
+    pub async fn probe_cluster(
+        &self,
+        name: &str,
+        metadata_service_uri: &str,
+    ) -> Result<(), NodeError> {
+        let failed = |reason: String, source: Option<BkError>| NodeError::ClusterProbe {
+            name: name.to_owned(),
+            uri: metadata_service_uri.to_owned(),
+            reason,
+            source: source.map(Box::new),
+        };
+        let started = tokio::time::timeout(
+            PROBE_TIMEOUT,
+            self.config()
+                .client_factory
+                .create_named(name, metadata_service_uri),
+        )
+        .await;
+        let client = match started {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(failed(format!("its client does not start: {e}"), Some(e))),
+            Err(_) => {
+                return Err(failed(
+                    format!("its client did not start within {PROBE_TIMEOUT:?}"),
+                    None,
+                ))
+            }
+        };
+        let writable = client.writable_bookies();
+        if let Err(e) = client.close().await {
+            tracing::debug!(cluster = name, error = %e, "closing the probe client");
+        }
+        match writable {
+            Some(0) => Err(failed(
+                "the cluster has no writable bookie (none registered under the ledgers root's \
+                 `available` node)"
+                    .to_owned(),
+                None,
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// # Errors
     ///
     /// Registry and orchestrator read errors.

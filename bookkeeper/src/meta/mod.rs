@@ -4,16 +4,16 @@
 //! delete of ledger metadata.
 
 pub(crate) mod format;
+pub(crate) mod idgen;
 pub(crate) mod layout;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BkError, BkErrorKind, LedgerId};
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, MetadataError, MetadataStore,
 };
-use parking_lot::Mutex;
 use tracing::debug;
 
 use crate::uri::{LayoutChoice, MetadataServiceUri};
@@ -33,18 +33,13 @@ pub(crate) fn zk_error(cluster: &str, what: &str, e: MetadataError) -> BkError {
     err.with_cluster(cluster).with_source(e)
 }
 
-const UNKNOWN: u8 = 0;
-const PRESENT: u8 = 1;
-const ABSENT: u8 = 2;
-
 /// The metadata of one BookKeeper cluster.
 pub(crate) struct ClusterMeta {
     store: Arc<dyn MetadataStore>,
     cluster: String,
     root: String,
     kind: LedgerManagerKind,
-    long_idgen: AtomicU8,
-    hob_cache: Mutex<Option<Vec<i64>>>,
+    long_idgen: AtomicBool,
 }
 
 impl std::fmt::Debug for ClusterMeta {
@@ -148,8 +143,7 @@ impl ClusterMeta {
             cluster: cluster.to_owned(),
             root,
             kind,
-            long_idgen: AtomicU8::new(UNKNOWN),
-            hob_cache: Mutex::new(None),
+            long_idgen: AtomicBool::new(false),
         })
     }
 
@@ -200,28 +194,34 @@ impl ClusterMeta {
                     Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(self.err("creating idgen-long", e)),
                 }
-                self.long_idgen.store(PRESENT, Ordering::Release);
+                self.long_idgen.store(true, Ordering::Release);
                 self.long_id().await
             }
         }
     }
 
+    /// Whether `idgen-long` exists. Only its presence is remembered: it is
+    /// never removed, but it may appear at any time — when another client's
+    /// short ids overflow, or when an operator advances the generator before a
+    /// switch ([`advance_ledger_id_generator`](crate::advance_ledger_id_generator)).
+    /// A client that remembered its absence would go on handing out short ids
+    /// below the ones the operator reserved, and collide with copied ledgers.
+    /// BookKeeper's `LongZkLedgerIdGenerator` checks on every id while the node
+    /// is absent too; ids are taken once per ledger, so the read is cheap.
     async fn long_idgen_present(&self) -> Result<bool, BkError> {
-        match self.long_idgen.load(Ordering::Acquire) {
-            PRESENT => Ok(true),
-            ABSENT => Ok(false),
-            _ => {
-                let present = self
-                    .store
-                    .exists(&format!("{}/idgen-long", self.root))
-                    .await
-                    .map_err(|e| self.err("reading idgen-long", e))?
-                    .is_some();
-                self.long_idgen
-                    .store(if present { PRESENT } else { ABSENT }, Ordering::Release);
-                Ok(present)
-            }
+        if self.long_idgen.load(Ordering::Acquire) {
+            return Ok(true);
         }
+        let present = self
+            .store
+            .exists(&format!("{}/idgen-long", self.root))
+            .await
+            .map_err(|e| self.err("reading idgen-long", e))?
+            .is_some();
+        if present {
+            self.long_idgen.store(true, Ordering::Release);
+        }
+        Ok(present)
     }
 
     /// A sequential suffix below `prefix` (`…/ID-`); `None` when it is at or
@@ -254,33 +254,22 @@ impl ClusterMeta {
         self.sequential(&format!("{}/idgen/ID-", self.root)).await
     }
 
+    /// A 63-bit id: `(hob << 32) | low`, `low` from the largest `HOB-`
+    /// directory. The directories are listed on every id, unlike BookKeeper's
+    /// `LongZkLedgerIdGenerator`, which caches them until it creates one: a
+    /// directory an operator creates to advance the generator
+    /// ([`advance_ledger_id_generator`](crate::advance_ledger_id_generator)) is
+    /// used at once.
     async fn long_id(&self) -> Result<LedgerId, BkError> {
         let gen = format!("{}/idgen-long", self.root);
         for _ in 0..16 {
-            let cached = self.hob_cache.lock().clone();
-            let hobs = match cached {
-                Some(h) => h,
-                None => {
-                    let mut hobs: Vec<i64> = self
-                        .store
-                        .children(&gen)
-                        .await
-                        .map_err(|e| self.err("listing idgen-long", e))?
-                        .iter()
-                        .filter_map(|c| c.strip_prefix("HOB-")?.parse().ok())
-                        .collect();
-                    hobs.sort_unstable();
-                    *self.hob_cache.lock() = Some(hobs.clone());
-                    hobs
-                }
-            };
+            let hobs = self.hobs(&gen).await?;
             let Some(&hob) = hobs.last() else {
                 self.create_hob(&gen, 1).await?;
                 continue;
             };
             if hobs.len() > 3 {
                 // Keep the three largest, as BookKeeper does.
-                *self.hob_cache.lock() = None;
                 for old in &hobs[..hobs.len() - 3] {
                     let path = format!("{gen}/HOB-{old:010}");
                     let _ = self.store.delete(&path, ExpectedVersion::Exactly(0)).await;
@@ -298,6 +287,20 @@ impl ClusterMeta {
         .with_cluster(&self.cluster))
     }
 
+    /// The `HOB-` directories below `gen`, ascending.
+    async fn hobs(&self, gen: &str) -> Result<Vec<i64>, BkError> {
+        let mut hobs: Vec<i64> = self
+            .store
+            .children(gen)
+            .await
+            .map_err(|e| self.err("listing idgen-long", e))?
+            .iter()
+            .filter_map(|c| c.strip_prefix("HOB-")?.parse().ok())
+            .collect();
+        hobs.sort_unstable();
+        Ok(hobs)
+    }
+
     async fn create_hob(&self, gen: &str, hob: i64) -> Result<(), BkError> {
         let path = format!("{gen}/HOB-{hob:010}");
         match self.store.put(&path, b"", ExpectedVersion::NotExists).await {
@@ -305,7 +308,6 @@ impl ClusterMeta {
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(self.err("creating a HOB directory", e)),
         }
-        *self.hob_cache.lock() = None;
         Ok(())
     }
 

@@ -177,6 +177,10 @@ impl BookKeeper for Probed {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        self.inner.writable_bookies()
+    }
 }
 
 #[derive(Debug)]

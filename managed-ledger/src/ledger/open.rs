@@ -37,7 +37,7 @@ impl MlInner {
         let mut dropped: Option<LedgerInfo> = None;
         if let Some(last) = info.ledger_info.last_mut() {
             if last.entries.is_none() {
-                let client = ctx.resolve_ledger(last)?;
+                let client = ctx.resolve_ledger_to_open(last).await?;
                 let cfg = &ctx.config;
                 let h = client
                     .open_ledger(last.ledger_id, cfg.digest_type, &cfg.password)

@@ -123,7 +123,7 @@ impl MlInner {
                 reason: "the ledger was trimmed while being read".into(),
             });
         };
-        let client = self.ctx.resolve_ledger(&li)?;
+        let client = self.ctx.resolve_ledger_to_open(&li).await?;
         let cfg = &self.ctx.config;
         let h = client
             .open_ledger_no_recovery(ledger_id, cfg.digest_type, &cfg.password)
