@@ -170,6 +170,26 @@ async fn wait_switched(
     }
 }
 
+/// Gives every topic of `node` a second subscription, `idle`, that acknowledges
+/// a few entries, then closes its cursor ledger and stays still: the closed
+/// ledger is copied whole and promoted by the switch. (A cursor ledger still
+/// open for writing is copied up to its last add confirmed, which on real
+/// bookies lags its last entry, so PROMOTE finds entries beyond the copy and
+/// rolls the cursor over instead: safe, and what live cursors do.)
+async fn idle_cursors(node: &Node, names: &[String]) {
+    for name in names {
+        let ml = node.topics().get(name).unwrap();
+        let idle = ml
+            .open_cursor_at("idle", InitialPosition::Earliest)
+            .await
+            .unwrap();
+        let read = idle.read_entries(5).await.unwrap();
+        let last = read.last().expect("entries were published").position;
+        idle.mark_delete(last).await.unwrap();
+        idle.close().await;
+    }
+}
+
 /// Every cursor and schema ledger stamped `cluster` in the metadata, with
 /// what holds it.
 async fn metadata_ledgers(
@@ -179,11 +199,15 @@ async fn metadata_ledgers(
 ) -> BTreeMap<i64, String> {
     let mut out = BTreeMap::new();
     for name in topic_names().iter().flatten() {
-        let path = format!("/managed-ledgers/{name}/sub");
-        let r = store.get(&path).await.unwrap().unwrap();
-        let info = decode_managed_cursor_info(&r.value).unwrap();
-        if info.cluster_stamp().unwrap() == Some(cluster) && info.cursors_ledger_id >= 0 {
-            out.insert(info.cursors_ledger_id, format!("cursor {path}"));
+        for cursor in ["sub", "idle"] {
+            let path = format!("/managed-ledgers/{name}/{cursor}");
+            let Some(r) = store.get(&path).await.unwrap() else {
+                continue;
+            };
+            let info = decode_managed_cursor_info(&r.value).unwrap();
+            if info.cluster_stamp().unwrap() == Some(cluster) && info.cursors_ledger_id >= 0 {
+                out.insert(info.cursors_ledger_id, format!("cursor {path}"));
+            }
         }
         let (locator, _) = node
             .schemas()
@@ -240,6 +264,9 @@ async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
         traffic.push(Traffic::start(&handles, 40, 128));
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    for (n, node) in nodes.iter().enumerate() {
+        idle_cursors(node, &names[n]).await;
+    }
     let admin = AdminClient::new(nodes[0].url(), ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));
@@ -340,19 +367,22 @@ async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
     let java_old = JavaClient::start(&old.metadata_service_uri());
     let java_new = JavaClient::start(&new.metadata_service_uri());
     let mut compared = 0;
+    let mut cursors = 0;
     for (id, what) in &to_copy {
         if !promoted.contains_key(id) {
-            continue; // rolled onto a new ledger instead of being copied
+            continue; // a live cursor, rolled onto a new ledger instead
         }
         let a = read_all(&java_old, *id);
         let b = read_all(&java_new, *id);
+        assert!(!a.is_empty(), "{what}: ledger {id} is empty");
         assert_eq!(a, b, "{what}: ledger {id} differs between the clusters");
         compared += 1;
+        cursors += usize::from(what.starts_with("cursor"));
     }
-    assert!(
-        compared >= 3 * TOPICS_PER_NODE,
-        "only {compared} copies compared"
-    );
+    // Every schema ledger (2 per topic) and every idle cursor's ledger.
+    let topics = 3 * TOPICS_PER_NODE;
+    assert!(compared >= 3 * topics, "only {compared} copies compared");
+    assert!(cursors >= topics, "only {cursors} cursor copies compared");
 
     // Traffic ran through the switch without a failure or a gap.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -571,4 +601,103 @@ async fn rollback_on_real_bookies_with_the_reverse_idgen_step() {
         }
     }
     stop_nodes(nodes, stores).await;
+}
+
+/// A bookie of the new cluster is SIGKILLed while BUILD copies: the copies
+/// go on (ensemble change to the spare bookie, or the ledger retried), the
+/// switch converges with nothing failed, and every promoted copy holds the
+/// source's entries (read by the Java client on both clusters).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_bookie_dies_during_build_and_the_switch_converges() {
+    if !bk_available() {
+        return;
+    }
+    let old = BkCluster::on_shared_zk(2);
+    let new = BkCluster::on_shared_zk(3);
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let store = zk(&chroot).await;
+    let mut cfg = config("node-1", store.clone(), &old);
+    // One copy at a time, so that BUILD is still running when the bookie dies.
+    cfg.orchestrator.migration_concurrency = 1;
+    let node = Node::start(cfg).await.expect("node starts");
+    let names: Vec<String> = topic_names().into_iter().flatten().collect();
+    let handles = open_topics(&node, &names, true).await;
+    let traffic = Traffic::start(&handles, 40, 128);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let admin = AdminClient::new(node.url(), ADMIN)
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    admin
+        .register(
+            "new",
+            &new.metadata_service_uri(),
+            Some(ClusterStatus::Standby),
+        )
+        .await
+        .unwrap();
+    let pre = admin.precheck("new").await.unwrap();
+    advance_ledger_id_generator(
+        &new.metadata_service_uri(),
+        pre.source_next_ledger_id.unwrap() + 1_000,
+        &ClientConfig::default(),
+    )
+    .await
+    .unwrap();
+    let mut to_copy = BTreeMap::new();
+    for name in &names {
+        let (locator, _) = node
+            .schemas()
+            .locator(&schema_id(name))
+            .await
+            .unwrap()
+            .unwrap();
+        for e in &locator.index {
+            to_copy.insert(
+                e.position.ledger_id,
+                format!("schema {name} v{}", e.version),
+            );
+        }
+    }
+    admin.switch("new").await.unwrap();
+
+    // Kill a bookie of `new` once BUILD has copied a few ledgers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let killed_during = loop {
+        let st = node.orchestrator().current_status().await.unwrap().unwrap();
+        // (BUILD records the ledgers it finds as it scans: `to_build` grows.)
+        if st.counts.built >= 2 || st.phase.is_built() {
+            new.kill(0);
+            break st;
+        }
+        assert!(Instant::now() < deadline, "BUILD did not start: {st:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        killed_during.phase.as_str(),
+        "BUILD",
+        "the bookie must die during BUILD: {killed_during:?}"
+    );
+    let status = wait_switched(&node, Duration::from_secs(180)).await;
+    assert_eq!(status.phase.as_str(), "SWITCHED", "{status:?}");
+    assert_eq!(status.counts.failed, 0, "{status:?}");
+
+    let java_old = JavaClient::start(&old.metadata_service_uri());
+    let java_new = JavaClient::start(&new.metadata_service_uri());
+    let dead = new.bookie_id(0);
+    let mut changed = 0;
+    for (id, what) in &to_copy {
+        let a = read_all(&java_old, *id);
+        let b = read_all(&java_new, *id);
+        assert_eq!(a, b, "{what}: ledger {id} differs between the clusters");
+        let meta = java_new.metadata(*id).unwrap();
+        if meta.ensembles.len() > 1 || meta.ensembles.iter().all(|e| !e.bookies.contains(&dead)) {
+            changed += 1;
+        }
+    }
+    assert!(changed > 0, "no copy avoided or replaced the dead bookie");
+    let r = traffic.stop(Duration::from_secs(10)).await;
+    assert_eq!(r.publish_failures, 0, "{:?}", r.first_publish_error);
+    assert_eq!(r.consumer_gaps, 0);
+    node.stop().await;
+    store.close().await.unwrap();
 }

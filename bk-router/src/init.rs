@@ -72,12 +72,39 @@ pub(crate) async fn initialize(
         state.config.lock().old_ledger_read_timeout = Duration::from_millis(ms);
     }
     let use_registry = state.config.lock().use_registry;
-    if use_registry {
-        with_registry(state, settings, store, factory).await
-    } else {
-        without_registry(state, settings, factory).await
+    if !use_registry {
+        return without_registry(state, settings, factory).await;
+    }
+    // Nodes of a fresh deployment start together: several may find no ACTIVE
+    // cluster and race to register theirs. The losers' write fails (the name
+    // or the ACTIVE slot is taken, or the CAS lost) having changed nothing;
+    // they read the registry again and follow what the winner recorded.
+    let mut attempt = 1;
+    loop {
+        match with_registry(state, settings, store.clone(), factory.clone()).await {
+            Err(RouterError::Registry {
+                operation,
+                source:
+                    source @ (RegistryError::AlreadyExists { .. }
+                    | RegistryError::AnotherActive { .. }
+                    | RegistryError::Conflict { .. }),
+            }) if attempt < INIT_ATTEMPTS => {
+                tracing::info!(
+                    attempt,
+                    %operation,
+                    error = %source,
+                    "another node changed the registry while this one initialized; reading it again"
+                );
+                attempt += 1;
+            }
+            result => return result,
+        }
     }
 }
+
+/// How many times `initialize` reads the registry again after losing a race
+/// with another node's initialization.
+const INIT_ATTEMPTS: u32 = 5;
 
 /// `initialize` through the registry: see
 /// [`initialize`](bkswitch_mledger_spi::ManagedLedgerStorage::initialize).

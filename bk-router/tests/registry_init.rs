@@ -392,3 +392,61 @@ async fn i17_unstamped_ledger_newer_than_a_stamped_bootstrap_ledger_is_corrupt()
     );
     assert_eq!(storage.metrics().snapshot().unstamped_after_bootstrap, 2);
 }
+
+/// Holds the first `n` client starts until all `n` have begun, so that `n`
+/// initializations all read an empty registry before any of them writes.
+#[derive(Debug)]
+struct LockstepFactory {
+    inner: MemoryClientFactory,
+    barrier: tokio::sync::Barrier,
+    held: std::sync::atomic::AtomicUsize,
+    n: usize,
+}
+
+#[async_trait::async_trait]
+impl bkswitch_bk_client::ClientFactory for LockstepFactory {
+    async fn create(
+        &self,
+        uri: &str,
+    ) -> bkswitch_bk_client::Result<Arc<dyn bkswitch_bk_client::BookKeeper>> {
+        let client = self.inner.create(uri).await;
+        if self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < self.n {
+            self.barrier.wait().await;
+        }
+        client
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_starting_together_on_a_fresh_registry_all_follow_one_active_cluster() {
+    const NODES: usize = 6;
+    let env = env();
+    let factory = Arc::new(LockstepFactory {
+        inner: MemoryClientFactory::with_clusters(env.clusters.clone()),
+        barrier: tokio::sync::Barrier::new(NODES),
+        held: std::sync::atomic::AtomicUsize::new(0),
+        n: NODES,
+    });
+    let settings =
+        StorageSettings::new("memory://bk-a").with_property(CURRENT_CLUSTER_NAME, "bk-a");
+    let mut inits = Vec::new();
+    for _ in 0..NODES {
+        let store = env.store.clone();
+        let factory = factory.clone();
+        let settings = settings.clone();
+        inits.push(tokio::spawn(async move {
+            let storage = MultiClusterManagedLedgerStorage::default();
+            let r = storage.initialize(&settings, store, factory).await;
+            (storage, r)
+        }));
+    }
+    for init in inits {
+        let (storage, r) = init.await.unwrap();
+        r.expect("every node initializes, the losers of the race by reading again");
+        assert_eq!(storage.active_cluster().as_deref(), Some("bk-a"));
+    }
+    let records = env.registry.list().await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].status, ClusterStatus::Active);
+    assert_eq!(env.bootstrap().await.as_deref(), Some("bk-a"));
+}

@@ -341,3 +341,69 @@ async fn owner_adopts_a_concurrent_stamp_only_promotion_but_not_other_changes() 
     let err = c.roll_cursor_ledger().await.unwrap_err();
     assert_eq!(err.kind(), ManagedLedgerErrorKind::Fenced, "{err}");
 }
+
+#[tokio::test]
+async fn a_closed_cursor_is_promoted_by_its_exact_copy_but_never_rolled_over() {
+    let t = two();
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 3).await;
+    c.mark_delete(ps[1]).await.unwrap();
+    let ledger = c.cursor_ledger_id();
+    // An idle subscription: its ledger handle closed, the cursor recorded.
+    c.close().await;
+    t.hooks.supplier.switch_to(t.b_client.clone());
+    let copied = copy(ledger, t.env.client().as_ref(), t.b_client.as_ref()).await;
+
+    // A stale copy would need a rollover, which writes a ledger: refused
+    // (nothing written), not stalled on a retry that cannot succeed.
+    let before = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    let e = c
+        .promote_cursor_ledger(ledger, copied - 1, "bk-b")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ManagedLedgerErrorKind::Closed, "{e}");
+    let same = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(same, before);
+
+    // The exact copy: one CAS flips the stamp.
+    let outcome = c
+        .promote_cursor_ledger(ledger, copied, "bk-b")
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, CursorPromotion::Promoted { .. }),
+        "{outcome:?}"
+    );
+    let after = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    let info = decode_managed_cursor_info(&after.value).unwrap();
+    assert_eq!(info.cluster_stamp().unwrap(), Some("bk-b"));
+    assert_eq!(info.cursors_ledger_id, ledger);
+    drop((ml, c));
+
+    // Reopened, the cursor recovers its position from the promoted copy.
+    let ml = t.env.factory().open(NAME, config).await.unwrap();
+    assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[1]);
+}

@@ -39,7 +39,7 @@ pub enum OrchestratorError {
     #[error("no bookie cluster is ACTIVE in the registry; start the storage (it registers its cluster) before switching")]
     NoActiveCluster,
     /// The idgen precheck ([I11](bkswitch_docs::invariants::I11)) refused the switch.
-    #[error("idgen precheck refused the switch from `{}` to `{}`: {} copied ledger id(s) are not below the target's next ledger id {} (at risk: {:?}); advance the target cluster's ledger id generator beyond {:?} and retry", .0.source_cluster_name, .0.target_cluster_name, .0.at_risk_ledger_count, .0.target_next_ledger_id, .0.at_risk_ledger_ids, .0.source_max_ledger_id.max(.0.source_next_ledger_id.map(|n| n - 1)))]
+    #[error("{}", precheck_refusal(.0))]
     PrecheckFailed(Box<PrecheckResult>),
     /// Another switch is still in progress.
     #[error("switch `{switch_id}` to `{target}` is still in progress (phase {phase}); finish it (run/cleanup) or roll it back first")]
@@ -145,6 +145,43 @@ pub enum OrchestratorError {
         /// The failpoint.
         point: &'static str,
     },
+}
+
+/// The operator's message for a refused idgen precheck: what is wrong and the
+/// exact bound to advance the target's generator beyond.
+fn precheck_refusal(r: &PrecheckResult) -> String {
+    let beyond = r
+        .source_max_ledger_id
+        .max(r.source_next_ledger_id.map(|n| n - 1));
+    let step = match beyond {
+        Some(id) => format!(
+            "advance `{}`'s ledger id generator beyond {id} (`bookie-switch idgen \
+             --metadata-service-uri <its URI> --advance-beyond {id}`) and retry",
+            r.target_cluster_name
+        ),
+        None => format!(
+            "advance `{}`'s ledger id generator beyond every id `{}` handed out and retry",
+            r.target_cluster_name, r.source_cluster_name
+        ),
+    };
+    format!(
+        "idgen precheck refused the switch from `{}` to `{}`: the target's next ledger id {} \
+         is not above the source's ids (next {}, highest copied {}; {} copied id(s) at risk{}); \
+         {step}",
+        r.source_cluster_name,
+        r.target_cluster_name,
+        r.target_next_ledger_id,
+        r.source_next_ledger_id
+            .map_or("unknown".to_owned(), |n| n.to_string()),
+        r.source_max_ledger_id
+            .map_or("none".to_owned(), |n| n.to_string()),
+        r.at_risk_ledger_count,
+        if r.at_risk_ledger_ids.is_empty() {
+            String::new()
+        } else {
+            format!(": {:?}", r.at_risk_ledger_ids)
+        },
+    )
 }
 
 impl OrchestratorError {

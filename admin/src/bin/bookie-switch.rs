@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::demo::{render, run_demo, DemoOptions};
+use bkswitch_admin::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
 use bkswitch_admin::wire::BASE_PATH;
 use bkswitch_admin::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, TopicHandle,
@@ -79,9 +79,27 @@ struct DemoArgs {
     /// uses a fresh chroot below it) instead of in memory.
     #[arg(long, value_name = "URL")]
     zk: Option<String>,
+    /// `memory` (embedded, the default) or `real`: two real BookKeeper
+    /// clusters started on this machine (needs Java and the jars that
+    /// `scripts/fetch-java-deps.sh` fetches), metadata on a real ZooKeeper
+    /// (the one `--zk` names, else one the demo starts).
+    #[arg(long, value_enum, default_value_t = BookKeeperKind::Memory)]
+    bookkeeper: BookKeeperKind,
+    /// Bookies per real cluster (with `--bookkeeper real`).
+    #[arg(long, default_value_t = 3)]
+    bookies: usize,
     /// Print one JSON summary object instead of the human report.
     #[arg(long)]
     json: bool,
+}
+
+/// Which bookie clusters the demo runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BookKeeperKind {
+    /// In-memory clusters in this process.
+    Memory,
+    /// Real BookKeeper clusters (bookie JVMs) started on this machine.
+    Real,
 }
 
 #[derive(Debug, Args)]
@@ -168,6 +186,10 @@ async fn demo(a: DemoArgs) -> ExitCode {
         rollback: a.rollback,
         forced_rollover: !a.no_forced_rollover,
         zk: a.zk,
+        bookkeeper: match a.bookkeeper {
+            BookKeeperKind::Memory => DemoBookKeeper::Memory,
+            BookKeeperKind::Real => DemoBookKeeper::Real { bookies: a.bookies },
+        },
         progress: !a.json && std::io::stderr().is_terminal(),
     };
     let json = a.json;
@@ -221,6 +243,28 @@ async fn idgen(a: IdgenArgs) -> ExitCode {
             eprintln!("bookie-switch idgen: {uri}: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Returns on Ctrl-C (SIGINT) or SIGTERM (what service managers send), so that
+/// the node stops cleanly either way: traffic summary, sessions closed.
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bookie-switch serve: cannot watch SIGTERM ({e}); stopping on Ctrl-C only");
+            if tokio::signal::ctrl_c().await.is_err() {
+                eprintln!("bookie-switch serve: cannot wait for Ctrl-C; stopping");
+            }
+            return;
+        }
+    };
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => if r.is_err() {
+            eprintln!("bookie-switch serve: cannot wait for Ctrl-C; stopping");
+        },
+        _ = term.recv() => {}
     }
 }
 
@@ -308,9 +352,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
     }
     let traffic =
         (a.rate > 0 && !handles.is_empty()).then(|| Traffic::start(&handles, a.rate, 256));
-    if tokio::signal::ctrl_c().await.is_err() {
-        eprintln!("bookie-switch serve: cannot wait for Ctrl-C; stopping");
-    }
+    wait_for_stop_signal().await;
     if let Some(t) = traffic {
         let r = t.stop(Duration::from_secs(5)).await;
         eprintln!(

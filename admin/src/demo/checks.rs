@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use bkswitch_bk_client::MemoryClusters;
 use bkswitch_managed_ledger::Position;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
@@ -14,6 +13,7 @@ use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_registry::ClusterStatus;
 
+use super::bookies::Bookies;
 use super::error::{step_err, DemoError};
 use super::phases::{ms, Timings};
 use super::report::InvariantCheck;
@@ -118,10 +118,11 @@ impl Checks {
 
     /// Every ledger is on the cluster its stamp names
     /// ([I2](bkswitch_docs::invariants::I2), [I8](bkswitch_docs::invariants::I8)).
-    pub(super) async fn placement(&mut self, store: &dyn MetadataStore, clusters: &MemoryClusters) {
+    pub(super) async fn placement(&mut self, store: &dyn MetadataStore, bookies: &Bookies) {
+        let ledgers = stamped_ledgers(&snapshot_tree(store).await);
         self.check_none(
             "I2/I8 every ledger is on the cluster its stamp names",
-            misplaced(&snapshot_tree(store).await, clusters),
+            bookies.missing(ledgers).await,
             "all stamps resolve to a cluster holding the ledger".into(),
         );
     }
@@ -178,29 +179,26 @@ pub(super) async fn snapshot_tree(store: &dyn MetadataStore) -> BTreeMap<String,
         .collect()
 }
 
-/// Every stamped ledger (data, cursor, schema) of `tree` not held by the
-/// cluster its stamp names (unstamped: `old`, the bootstrap cluster).
-fn misplaced(tree: &BTreeMap<String, Vec<u8>>, clusters: &MemoryClusters) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut check = |what: &str, id: i64, stamp: Option<&str>| {
-        let name = stamp.unwrap_or("old");
-        if !clusters.get(name).is_some_and(|c| c.contains_ledger(id)) {
-            problems.push(format!("{what} ledger {id} stamped '{name}' is not on it"));
-        }
+/// Every ledger (data, cursor, schema) of `tree` as `(kind, id, cluster its
+/// stamp names)` (unstamped: `old`, the bootstrap cluster).
+fn stamped_ledgers(tree: &BTreeMap<String, Vec<u8>>) -> Vec<(String, i64, String)> {
+    let mut out = Vec::new();
+    let mut add = |what: &str, id: i64, stamp: Option<&str>| {
+        out.push((what.to_owned(), id, stamp.unwrap_or("old").to_owned()));
     };
     for (path, value) in tree {
         if path.starts_with("/managed-ledgers/") {
             if let Ok(info) = decode_managed_ledger_info(value) {
                 if !info.ledger_info.is_empty() {
                     for l in &info.ledger_info {
-                        check("data", l.ledger_id, l.cluster_stamp().ok().flatten());
+                        add("data", l.ledger_id, l.cluster_stamp().ok().flatten());
                     }
                     continue;
                 }
             }
             if let Ok(info) = decode_managed_cursor_info(value) {
                 if info.cursors_ledger_id >= 0 {
-                    check(
+                    add(
                         "cursor",
                         info.cursors_ledger_id,
                         info.cluster_stamp().ok().flatten(),
@@ -210,7 +208,7 @@ fn misplaced(tree: &BTreeMap<String, Vec<u8>>, clusters: &MemoryClusters) -> Vec
         } else if path.starts_with("/schemas/") {
             if let Ok(loc) = SchemaLocator::decode(value.as_slice()) {
                 for e in &loc.index {
-                    check(
+                    add(
                         "schema",
                         e.position.ledger_id,
                         e.position.cluster_stamp().ok().flatten(),
@@ -219,7 +217,7 @@ fn misplaced(tree: &BTreeMap<String, Vec<u8>>, clusters: &MemoryClusters) -> Vec
             }
         }
     }
-    problems
+    out
 }
 
 /// The schema entries of `before` whose stamp names another cluster than

@@ -17,10 +17,10 @@ pub struct DemoError {
 
 impl DemoError {
     /// A failure of `step` without a lower error.
-    pub(super) fn new(step: &str, reason: &str) -> DemoError {
+    pub(super) fn new(step: impl Into<String>, reason: impl std::fmt::Display) -> DemoError {
         DemoError {
-            step: step.to_owned(),
-            reason: reason.to_owned(),
+            step: step.into(),
+            reason: reason.to_string(),
             source: None,
         }
     }

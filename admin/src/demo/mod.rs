@@ -6,11 +6,15 @@
 //! Embedded default: one in-memory metadata store (each node has its own
 //! session) and two in-memory BookKeeper clusters, `old` and `new`.
 //! `--zk` puts the metadata on a real ZooKeeper instead (under a fresh chroot).
+//! `--bookkeeper real` runs on two real BookKeeper clusters started on this
+//! machine (bookie JVMs, `--bookies` each, metadata on a real ZooKeeper), and
+//! shows the operator's id-generator step before the switch.
 //!
 //! [`run_demo`] reads as the run's timeline; the steps live in `setup.rs`
 //! (clusters, nodes, topics), `phases.rs` (the operator's switch, cleanup or
 //! rollback), `checks.rs` (the invariants) and `render.rs` (the human report).
 
+mod bookies;
 mod checks;
 mod error;
 mod options;
@@ -21,6 +25,7 @@ mod setup;
 
 use std::time::Duration;
 
+pub use bookies::DemoBookKeeper;
 pub use error::DemoError;
 pub use options::{DemoOptions, Say};
 pub use render::render;
@@ -42,16 +47,22 @@ use crate::traffic::{Traffic, TrafficPhase, TrafficReport};
 /// reported in [`DemoReport::invariants`], not as an error).
 pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, DemoError> {
     opts.check()?;
+    if let DemoBookKeeper::Real { bookies } = opts.bookkeeper {
+        say(&format!(
+            "starting two real BookKeeper clusters 'old' and 'new' ({bookies} bookies each)"
+        ));
+    }
+    let stack = Stack::start(opts).await?;
     say(&format!(
-        "starting {} nodes on {} metadata, bookie clusters 'old' (active) and 'new'",
+        "starting {} nodes on {} metadata, {} bookie clusters 'old' (active) and 'new'",
         opts.nodes,
-        if opts.zk.is_some() {
+        if stack.on_zookeeper() {
             "ZooKeeper"
         } else {
             "in-memory"
-        }
+        },
+        stack.bookies.describe(),
     ));
-    let stack = Stack::start(opts).await?;
     let metadata_before = snapshot_tree(stack.store().as_ref()).await;
 
     say(&format!(
@@ -67,8 +78,13 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
     // The operator, through the REST API of node-1.
     let admin =
         AdminClient::new(stack.nodes[0].url(), ADMIN_TOKEN).map_err(step_err("REST client"))?;
-    let t0 =
-        phases::request_switch(&admin, || traffic.set_phase(TrafficPhase::During), say).await?;
+    let t0 = phases::request_switch(
+        &admin,
+        &stack,
+        || traffic.set_phase(TrafficPhase::During),
+        say,
+    )
+    .await?;
     let late_schema = phases::write_late_schema(&stack.nodes[0]).await;
     let timings = phases::await_switch(&stack, &admin, t0, opts.progress).await;
     traffic.set_phase(TrafficPhase::After);
@@ -96,7 +112,7 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
     let expected_active = if opts.rollback { "old" } else { "new" };
     checks.registry(&stack.nodes[0], expected_active).await?;
     let store = stack.store();
-    checks.placement(store.as_ref(), &stack.clusters).await;
+    checks.placement(store.as_ref(), &stack.bookies).await;
     if opts.rollback {
         checks
             .rollback_restored(&metadata_before, store.as_ref())
@@ -111,12 +127,15 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
         .await;
     verifier.stop().await;
 
-    Ok(report(opts, traffic, ledgers, &timings, outcome, checks))
+    Ok(report(
+        opts, &stack, traffic, ledgers, &timings, outcome, checks,
+    ))
 }
 
 /// Puts the run's observations together.
 fn report(
     opts: &DemoOptions,
+    stack: &Stack,
     traffic: TrafficReport,
     ledgers: LedgerCounts,
     timings: &Timings,
@@ -127,7 +146,8 @@ fn report(
     DemoReport {
         topics: opts.topics,
         nodes: opts.nodes,
-        metadata_store: opts.zk.clone().unwrap_or_else(|| "memory".into()),
+        metadata_store: stack.metadata_store(),
+        bookkeeper: stack.bookies.describe(),
         published: traffic.published,
         consumed: traffic.consumed,
         publish_failures: traffic.publish_failures,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::bookies::DemoBookKeeper;
 use super::error::DemoError;
 
 /// Settings of a demo run.
@@ -25,6 +26,8 @@ pub struct DemoOptions {
     pub forced_rollover: bool,
     /// `zk://host:port[/chroot]`: metadata on ZooKeeper instead of in memory.
     pub zk: Option<String>,
+    /// The bookie clusters: in memory (default) or real BookKeeper.
+    pub bookkeeper: DemoBookKeeper,
     /// Draw progress bars (on a terminal).
     pub progress: bool,
 }
@@ -40,6 +43,7 @@ impl Default for DemoOptions {
             rollback: false,
             forced_rollover: true,
             zk: None,
+            bookkeeper: DemoBookKeeper::Memory,
             progress: false,
         }
     }
@@ -53,6 +57,9 @@ impl DemoOptions {
                 "options",
                 "--topics, --nodes and --rate must be at least 1",
             ));
+        }
+        if self.bookkeeper == (DemoBookKeeper::Real { bookies: 0 }) {
+            return Err(DemoError::new("options", "--bookies must be at least 1"));
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use bkswitch_switch_orchestrator::{LedgerKind, LedgerState};
 
 use super::error::{step_err, DemoError};
 use super::options::Say;
-use super::setup::{schema_id, Stack, NEW_CLUSTER_FIRST_ID};
+use super::setup::{schema_id, Stack};
 use crate::client::{AdminClient, ClientError};
 use crate::node::Node;
 use crate::progress::SwitchBars;
@@ -43,17 +43,39 @@ pub(super) fn ms(d: Option<Duration>) -> u64 {
 /// it was asked.
 pub(super) async fn request_switch(
     admin: &AdminClient,
+    stack: &Stack,
     before_switch: impl FnOnce(),
     say: Say<'_>,
 ) -> Result<Instant, DemoError> {
+    let new_uri = stack.bookies.uri("new");
     admin
-        .register("new", "memory://new", Some(ClusterStatus::Standby))
+        .register("new", &new_uri, Some(ClusterStatus::Standby))
         .await
         .map_err(step_err("POST /new (register)"))?;
-    let pre = admin
+    say(&format!("registered 'new' at {new_uri}"));
+    let mut pre = admin
         .precheck("new")
         .await
         .map_err(step_err("GET /precheck/new"))?;
+    if !pre.ready {
+        // The operator's step (I11): the new cluster's generator must hand
+        // out ids above every id the old one handed out.
+        let above = pre
+            .source_next_ledger_id
+            .unwrap_or(0)
+            .max(pre.source_max_ledger_id.unwrap_or(0) + 1);
+        say(&format!(
+            "precheck: not ready (new's next ledger id {} <= old's next {:?}); advancing \
+             new's ledger id generator beyond {above}, as `bookie-switch idgen \
+             --advance-beyond` does",
+            pre.target_next_ledger_id, pre.source_next_ledger_id
+        ));
+        stack.bookies.advance_ledger_ids("new", above).await?;
+        pre = admin
+            .precheck("new")
+            .await
+            .map_err(step_err("GET /precheck/new"))?;
+    }
     say(&format!(
         "precheck: ready={} (target next ledger id {} > highest copied id {:?})",
         pre.ready, pre.target_next_ledger_id, pre.source_max_ledger_id
@@ -228,15 +250,11 @@ pub(super) async fn roll_back(
             // docs/INVARIANTS.md), as an operator does with BookKeeper's
             // tooling.
             say(&format!("rollback refused: {message}"));
-            let next = stack.clusters.get_or_create("new").next_ledger_id();
-            stack
-                .clusters
-                .get_or_create("old")
-                .advance_ledger_id_to(next + NEW_CLUSTER_FIRST_ID)
-                .map_err(step_err("advancing old's ledger id generator"))?;
+            let above = stack.bookies.next_ledger_id("new").await?;
+            let next = stack.bookies.advance_ledger_ids("old", above).await?;
             say(&format!(
-                "advanced old's ledger id generator to {}; rolling back again",
-                next + NEW_CLUSTER_FIRST_ID
+                "advanced old's ledger id generator beyond {above} (next id {next}); rolling \
+                 back again"
             ));
             admin.rollback().await.map_err(step_err("POST /rollback"))?
         }

@@ -8,8 +8,8 @@ pub fn render(report: &DemoReport) -> String {
     let p = |name: &str| report.traffic.phases.get(name).cloned().unwrap_or_default();
     s.push_str("\n=== bookie cluster switch: report ===\n");
     s.push_str(&format!(
-        "topology        {} nodes, {} topics, metadata on {}\n",
-        report.nodes, report.topics, report.metadata_store
+        "topology        {} nodes, {} topics, metadata on {}, bookie clusters {}\n",
+        report.nodes, report.topics, report.metadata_store, report.bookkeeper
     ));
     s.push_str("publish         phase     msgs/s    p50 ms   p99 ms   count\n");
     for name in ["before", "during", "after"] {

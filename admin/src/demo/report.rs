@@ -27,6 +27,8 @@ pub struct DemoReport {
     pub nodes: usize,
     /// Where the metadata lived (`memory` or the ZooKeeper URL).
     pub metadata_store: String,
+    /// The bookie clusters: `memory`, or `real (N bookies per cluster)`.
+    pub bookkeeper: String,
     /// Acknowledged publishes.
     pub published: u64,
     /// Entries consumed (first deliveries).

@@ -1,17 +1,16 @@
-//! The demo's world: two in-memory bookie clusters `old` and `new`, the
-//! metadata store (in memory, or a fresh chroot on ZooKeeper), the nodes, and
-//! the topics with their consumers and schemas.
+//! The demo's world: two bookie clusters `old` and `new` (in memory, or real:
+//! see `bookies.rs`), the metadata store (in memory, or a fresh chroot on
+//! ZooKeeper), the nodes, and the topics with their consumers and schemas.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_bk_client::{MemoryClientFactory, MemoryClusters};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_mledger_spi::ManagedLedgerConfig;
-use bkswitch_registry::MemoryIdgenSource;
 use bkswitch_switch_orchestrator::OrchestratorConfig;
 
+use super::bookies::Bookies;
 use super::error::{step_err, DemoError};
 use super::options::DemoOptions;
 use crate::node::{Node, NodeConfig};
@@ -34,8 +33,7 @@ pub(super) struct Stack {
     /// The fresh chroot under `zk`.
     chroot: String,
     /// The bookie clusters `old` and `new`.
-    pub(super) clusters: MemoryClusters,
-    factory: Arc<MemoryClientFactory>,
+    pub(super) bookies: Bookies,
     ledger_config: ManagedLedgerConfig,
     /// `node-1` … `node-N`; `node-1` is the one the operator talks to.
     pub(super) nodes: Vec<Node>,
@@ -47,21 +45,30 @@ impl Stack {
     /// Prepares the clusters, starts the nodes and opens the topics, each with
     /// a consumer and `schema_versions` schema versions.
     pub(super) async fn start(opts: &DemoOptions) -> Result<Stack, DemoError> {
-        let clusters = MemoryClusters::new();
-        clusters.get_or_create("old");
-        clusters
-            .get_or_create("new")
-            .advance_ledger_id_to(NEW_CLUSTER_FIRST_ID)
-            .map_err(step_err("preparing the new cluster"))?;
+        let run_id = format!("bkswitch-demo-{}", now_ms());
+        let bookies = Bookies::start(
+            opts.bookkeeper,
+            opts.zk.as_deref(),
+            &run_id,
+            NEW_CLUSTER_FIRST_ID,
+        )
+        .await?;
+        // Real clusters keep their metadata on a real ZooKeeper: the nodes'
+        // too, unless `--zk` named one already.
+        let zk = opts.zk.clone().or_else(|| {
+            bookies
+                .zk_connect()
+                .map(|c| format!("zk://{}", c.split(',').next().unwrap_or(c)))
+        });
+        let q = bookies.quorum();
         let mut stack = Stack {
             shared: MemoryStore::new(),
-            zk: opts.zk.clone(),
-            chroot: format!("/bkswitch-demo-{}", now_ms()),
-            factory: Arc::new(MemoryClientFactory::with_clusters(clusters.clone())),
-            clusters,
+            zk,
+            chroot: format!("/{run_id}"),
+            bookies,
             ledger_config: ManagedLedgerConfig::default()
-                .with_quorums(1, 1, 1)
-                .with_metadata_quorums(1, 1, 1)
+                .with_quorums(q, q, q)
+                .with_metadata_quorums(q, q, q)
                 .with_max_entries_per_ledger(5_000)
                 .with_cursor_rollover(10_000, Duration::from_secs(3600)),
             nodes: Vec::new(),
@@ -75,6 +82,20 @@ impl Stack {
     /// The metadata store, through `node-1`'s session.
     pub(super) fn store(&self) -> Arc<dyn MetadataStore> {
         self.nodes[0].registry().store().clone()
+    }
+
+    /// Whether the metadata lives on ZooKeeper.
+    pub(super) fn on_zookeeper(&self) -> bool {
+        self.zk.is_some()
+    }
+
+    /// What the report calls the metadata store: `memory` or the ZooKeeper
+    /// URL with the run's chroot.
+    pub(super) fn metadata_store(&self) -> String {
+        match &self.zk {
+            None => "memory".to_owned(),
+            Some(url) => format!("{}{}", url.trim_end_matches('/'), self.chroot),
+        }
     }
 
     /// Stops every node.
@@ -98,9 +119,7 @@ impl Stack {
         for i in 0..opts.nodes {
             let mut cfg = self.node_config(&format!("node-{}", i + 1)).await?;
             cfg.cluster_name = Some("old".into());
-            cfg.idgen = Some(Arc::new(MemoryIdgenSource {
-                clusters: self.clusters.clone(),
-            }));
+            cfg.idgen = Some(self.bookies.idgen());
             cfg.forced_rollover_rate = opts.forced_rollover.then_some(200);
             cfg.orchestrator = OrchestratorConfig::default();
             let node = Node::start(cfg)
@@ -144,12 +163,22 @@ impl Stack {
         let mut cfg = NodeConfig::new(
             id,
             self.open_store().await?,
-            self.factory.clone(),
-            "memory://old",
+            self.bookies.factory(),
+            &self.bookies.uri("old"),
             ADMIN_TOKEN,
             INTERNAL_TOKEN,
         );
         cfg.ledger_config = self.ledger_config.clone();
+        let q = self.bookies.quorum();
+        let schema_ledgers = cfg
+            .schema_options
+            .ledger_config
+            .clone()
+            .with_quorums(q, q, q);
+        cfg.schema_options = cfg
+            .schema_options
+            .clone()
+            .with_ledger_config(schema_ledgers);
         Ok(cfg)
     }
 

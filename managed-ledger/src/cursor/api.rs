@@ -186,7 +186,9 @@ impl ManagedCursor {
     /// [`ManagedLedgerError::NotOnActiveCluster`] when a rollover is needed but
     /// this node does not create ledgers on `target_cluster` yet (retryable);
     /// [`ManagedLedgerError::CorruptMetadata`] for a duplicated stamp;
-    /// [`ManagedLedgerError::Closed`]; client, store and hook errors.
+    /// [`ManagedLedgerError::Closed`] when the cursor is closed and the copy
+    /// is not exact (a closed cursor is promoted by its exact copy, but never
+    /// rolled over); client, store and hook errors.
     pub async fn promote_cursor_ledger(
         &self,
         expected_cursors_ledger_id: LedgerId,

@@ -102,7 +102,11 @@ impl CursorInner {
         target_cluster: &str,
     ) -> Result<CursorPromotion> {
         let mut meta = self.meta.lock().await;
-        self.check_open(&meta)?;
+        // A closed cursor (its ledger sealed, the cursor still recorded) can
+        // still be promoted when the copy is exact: the flip is one CAS on its
+        // metadata and writes no ledger. Refusing it would stall PROMOTE for
+        // as long as the cursor stays closed. Only the rollover path, which
+        // would write a new cursor ledger, needs an open cursor.
         self.expect_cursor_ledger(&meta, expected_cursors_ledger_id)?;
         let corrupt = |e: bkswitch_proto::StampError| ManagedLedgerError::CorruptMetadata {
             what: format!(
@@ -154,6 +158,7 @@ impl CursorInner {
                 ledger_id = id, cluster = target_cluster, "cursor ledger promoted");
             return Ok(CursorPromotion::Promoted { version });
         }
+        self.check_open(&meta)?;
         let active = self.ctx.creation_client();
         if active.cluster_name() != target_cluster {
             return Err(ManagedLedgerError::NotOnActiveCluster {

@@ -1,0 +1,300 @@
+//! The operator's view, with processes: three `bookie-switch serve` processes
+//! on a real ZooKeeper, started on a real BookKeeper cluster by its
+//! metadata-service URI, each owning topics under live traffic. Through REST
+//! and the `bookie-switch idgen` command: register the second real cluster,
+//! advance its id generator, switch, clean up. Every cursor moves to the new
+//! cluster with nothing failed, the processes stop on
+//! SIGTERM reporting 0 publish failures and 0 gaps, and start again on the
+//! same metadata with every topic opening on the new cluster.
+//!
+//! Needs Java and the BookKeeper jars; skipped with a note without them
+//! unless `BKSWITCH_REQUIRE_BK=1`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::wire::CleanupRequest;
+use bkswitch_admin::AdminClient;
+use bkswitch_bk_harness::BkCluster;
+use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_proto::codec::decode_managed_cursor_info;
+use bkswitch_proto::Stamped;
+use bkswitch_registry::ClusterStatus;
+use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
+
+struct Serve {
+    process: GuardedProcess,
+    log: std::path::PathBuf,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn topics_of(node: usize) -> Vec<String> {
+    (0..2)
+        .map(|t| format!("tenant/ns/persistent/proc-n{node}-t{t}"))
+        .collect()
+}
+
+fn spawn(dir: &Path, node: usize, metadata: &str, old_uri: &str, rate: u32) -> Serve {
+    let port = free_port();
+    let state = dir.join(format!("node-{node}-{port}"));
+    std::fs::create_dir_all(&state).unwrap();
+    let log = state.join("serve.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--node-id",
+        &format!("node-{node}"),
+        "--metadata-store",
+        metadata,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--bookkeeper-uri",
+        old_uri,
+        "--cluster-name",
+        "old",
+        "--topics",
+        &topics_of(node).join(","),
+        "--rate",
+        &rate.to_string(),
+        "--old-ledger-read-timeout-ms",
+        "2000",
+    ])
+    .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+    .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
+    let process = GuardedProcess::spawn(&cmd, &state, &log, GuardedIo::Log, false).unwrap();
+    Serve {
+        process,
+        log,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+fn log_of(s: &Serve) -> String {
+    std::fs::read_to_string(&s.log).unwrap_or_default()
+}
+
+async fn wait_serving(nodes: &mut [Serve]) {
+    for s in nodes.iter_mut() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(s.process.is_running(), "serve exited:\n{}", log_of(s));
+            if log_of(s).contains(" serving http://") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not start:\n{}",
+                log_of(s)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Stops every process with SIGTERM and returns each one's traffic line.
+fn stop(nodes: Vec<Serve>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for mut s in nodes {
+        assert!(s.process.terminate());
+        let status = s
+            .process
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("serve did not stop on SIGTERM:\n{}", log_of(&s)));
+        assert!(status.success(), "{status:?}:\n{}", log_of(&s));
+        let log = log_of(&s);
+        lines.push(
+            log.lines()
+                .find(|l| l.starts_with("traffic: "))
+                .unwrap_or_else(|| panic!("no traffic summary:\n{log}"))
+                .to_owned(),
+        );
+        s.process.close();
+    }
+    lines
+}
+
+/// `(published, failures, gaps)` of a `traffic: …` line.
+fn traffic(line: &str) -> (u64, u64, u64) {
+    let n = |word: &str| -> u64 {
+        let before = line.split(word).next().unwrap();
+        before
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .trim_end_matches(',')
+            .parse()
+            .unwrap()
+    };
+    (n(" published"), n(" publish failures"), n(" gaps"))
+}
+
+async fn cursor_ledgers(store: &dyn MetadataStore, cluster: &str) -> BTreeMap<i64, String> {
+    let mut out = BTreeMap::new();
+    for node in 0..3 {
+        for topic in topics_of(node) {
+            let path = format!("/managed-ledgers/{topic}/sub");
+            let Some(r) = store.get(&path).await.unwrap() else {
+                continue;
+            };
+            let info = decode_managed_cursor_info(&r.value).unwrap();
+            if info.cursors_ledger_id >= 0 && info.cluster_stamp().unwrap() == Some(cluster) {
+                out.insert(info.cursors_ledger_id, path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_serve_processes_switch_between_real_clusters() {
+    if !bkswitch_bk_harness::bk_available() {
+        bkswitch_bk_harness::require_bk();
+        eprintln!("skipped: Java or the BookKeeper jars are missing");
+        return;
+    }
+    let old = BkCluster::on_shared_zk(3);
+    let new = BkCluster::on_shared_zk(3);
+    let zk_connect = bkswitch_zk_harness::shared().connect_string();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let metadata = format!("zk://{zk_connect}{chroot}");
+    let dir = tempfile::tempdir().unwrap();
+    let old_uri = old.metadata_service_uri();
+    let new_uri = new.metadata_service_uri();
+
+    let mut nodes: Vec<Serve> = (0..3)
+        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 30))
+        .collect();
+    wait_serving(&mut nodes).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let store: Arc<ZkStore> = Arc::new(
+        ZkStore::connect(&metadata, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    );
+    let admin = AdminClient::new(&nodes[0].url, ADMIN)
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    admin
+        .register("new", &new_uri, Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let pre = admin.precheck("new").await.unwrap();
+    assert!(!pre.ready, "{pre:?}");
+    let above = pre.source_next_ledger_id.unwrap() + 100;
+
+    // The operator's step, with the binary.
+    let out = Command::new(BIN)
+        .args([
+            "idgen",
+            "--metadata-service-uri",
+            &new_uri,
+            "--advance-beyond",
+            &above.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"advanced\":true"), "{stdout}");
+    assert!(admin.precheck("new").await.unwrap().ready);
+
+    let before = cursor_ledgers(store.as_ref(), "old").await;
+    assert_eq!(before.len(), 6, "{before:?}");
+    admin.switch("new").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = admin.status().await.unwrap();
+        if let Some(sw) = st.switch() {
+            if sw.is_settled() {
+                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
+                let c = sw.counts();
+                assert_eq!(c.failed, 0, "{:?}", sw.raw());
+                assert_eq!(c.built, c.to_build, "{:?}", sw.raw());
+                assert_eq!(
+                    c.promoted + c.rollover_fallback + c.obsolete,
+                    c.to_build,
+                    "{:?}",
+                    sw.raw()
+                );
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "switch did not settle: {:?}",
+            st.raw()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every node swapped.
+    for n in &nodes {
+        let a = AdminClient::new(&n.url, ADMIN).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.status().await.unwrap().active_cluster() != Some("new") {
+            assert!(Instant::now() < deadline, "{} did not swap", n.url);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // Every cursor now names `new`: its copy promoted, or (a cursor acked
+    // while BUILD ran, as these are) rolled over onto a new ledger there. The
+    // copies themselves are compared entry by entry with the Java client in
+    // `real_bookkeeper.rs`.
+    let after = cursor_ledgers(store.as_ref(), "new").await;
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    let report = admin
+        .cleanup(&CleanupRequest {
+            dry_run: false,
+            src_cluster_filter: None,
+            max_deletions: 0,
+            force: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.outcome(), Some("DONE"), "{:?}", report.raw());
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for line in stop(nodes) {
+        let (published, failures, gaps) = traffic(&line);
+        assert!(published > 0, "{line}");
+        assert_eq!((failures, gaps), (0, 0), "{line}");
+    }
+
+    // Every process starts again on the same metadata: the registry names
+    // `new`, every topic opens (serve exits if one does not) and traffic runs.
+    let mut nodes: Vec<Serve> = (0..3)
+        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 30))
+        .collect();
+    wait_serving(&mut nodes).await;
+    for n in &nodes {
+        assert!(log_of(n).contains("(active cluster: new)"), "{}", log_of(n));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for line in stop(nodes) {
+        let (published, failures, gaps) = traffic(&line);
+        assert!(published > 0, "{line}");
+        assert_eq!((failures, gaps), (0, 0), "{line}");
+    }
+    store.close().await.unwrap();
+}
