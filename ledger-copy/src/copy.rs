@@ -32,7 +32,9 @@ pub fn migration_ledger_id_conflict_total() -> u64 {
 ///    writer) and take the snapshot `0..=LAC`: the metadata's `last_entry_id` when
 ///    the source is closed, the handle's last add confirmed otherwise. Entries the
 ///    writer adds later are not copied.
-/// 2. `create_ledger_adv(ledger_id, LedgerConfig::from_metadata(source))` on `dst`.
+/// 2. `create_ledger_adv(ledger_id, LedgerConfig::from_metadata(source))` on `dst`,
+///    then `options.on_created`, if set (a refusal deletes the new ledger and
+///    fails the copy with [`CopyError::NotRecorded`]).
 /// 3. Stream: read the source in batches and write each entry with
 ///    `add_entry_at(same entry id)`, keeping at most `options.window` entries in
 ///    flight (read and not yet handed to the destination, plus adds not yet
@@ -134,6 +136,12 @@ async fn copy_inner(
         }
         Err(e) => return Err(dst_err(e)),
     };
+    if let Some(on_created) = &options.on_created {
+        if let Err(reason) = on_created(ledger_id).await {
+            abandon(ledger_id, dst, dest.as_ref()).await;
+            return Err(CopyError::NotRecorded { ledger_id, reason });
+        }
+    }
 
     match stream_entries(ledger_id, source.as_ref(), dest.as_ref(), lac, options).await {
         Ok((entries, bytes)) => {

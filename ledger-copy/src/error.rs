@@ -65,6 +65,19 @@ pub enum CopyError {
         /// What differs (first difference found).
         reason: String,
     },
+    /// The [`on_created`](crate::CopyOptions::on_created) callback refused the
+    /// ledger this copy had just created; it was deleted again (best effort) and
+    /// nothing else was written.
+    #[error(
+        "copy of ledger {ledger_id} abandoned: the destination ledger was created but could not \
+         be recorded ({reason}); it was deleted again, copy once the cause is fixed"
+    )]
+    NotRecorded {
+        /// The ledger being copied.
+        ledger_id: LedgerId,
+        /// Why the callback refused.
+        reason: String,
+    },
     /// The request itself is invalid (negative ledger id, zero window); nothing was
     /// read or written.
     #[error("invalid copy request for ledger {ledger_id}: {reason}; nothing was read or written")]
@@ -87,6 +100,8 @@ impl CopyError {
             | CopyError::DestinationWrite { source, .. }
             | CopyError::DestinationRead { source, .. } => source.is_retryable(),
             CopyError::Mismatch { .. } | CopyError::InvalidArgument { .. } => false,
+            // Recording is typically a metadata write: worth another try.
+            CopyError::NotRecorded { .. } => true,
         }
     }
 
@@ -97,6 +112,7 @@ impl CopyError {
             | CopyError::DestinationWrite { ledger_id, .. }
             | CopyError::DestinationRead { ledger_id, .. }
             | CopyError::Mismatch { ledger_id, .. }
+            | CopyError::NotRecorded { ledger_id, .. }
             | CopyError::InvalidArgument { ledger_id, .. } => *ledger_id,
         }
     }
@@ -107,7 +123,9 @@ impl CopyError {
             CopyError::SourceRead { source, .. }
             | CopyError::DestinationWrite { source, .. }
             | CopyError::DestinationRead { source, .. } => Some(source),
-            CopyError::Mismatch { .. } | CopyError::InvalidArgument { .. } => None,
+            CopyError::Mismatch { .. }
+            | CopyError::NotRecorded { .. }
+            | CopyError::InvalidArgument { .. } => None,
         }
     }
 }

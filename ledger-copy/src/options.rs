@@ -5,12 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_bk_client::{DigestType, EntryId, LedgerId};
+use futures::future::BoxFuture;
 
 /// The default [`CopyOptions::window`].
 pub const DEFAULT_WINDOW: usize = 64;
 
 /// A progress callback, called from the copying task (keep it cheap).
 pub type ProgressFn = Arc<dyn Fn(&CopyProgress) + Send + Sync>;
+
+/// Called once the destination ledger has been created, before any entry is
+/// written to it: what a caller uses to record that it created the ledger, so
+/// that a copy interrupted by a crash can later be told apart from a ledger
+/// someone else created under the same id (see
+/// [`CopyOptions::on_created`]). An `Err(reason)` abandons the copy: the
+/// ledger just created is deleted and the copy fails with
+/// [`CopyError::NotRecorded`](crate::CopyError::NotRecorded).
+pub type CreatedFn = Arc<dyn Fn(LedgerId) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// How to copy (and verify) a ledger.
 ///
@@ -47,6 +57,10 @@ pub struct CopyOptions {
     /// Called after every batch with the entries acknowledged so far, and once at
     /// the end.
     pub progress: Option<ProgressFn>,
+    /// Called once this copy has created the destination ledger, before writing
+    /// to it (see [`CreatedFn`]). Not called when the destination already
+    /// existed.
+    pub on_created: Option<CreatedFn>,
 }
 
 impl Default for CopyOptions {
@@ -57,6 +71,7 @@ impl Default for CopyOptions {
             window: DEFAULT_WINDOW,
             verify_existing: true,
             progress: None,
+            on_created: None,
         }
     }
 }
@@ -69,6 +84,10 @@ impl fmt::Debug for CopyOptions {
             .field("window", &self.window)
             .field("verify_existing", &self.verify_existing)
             .field("progress", &self.progress.as_ref().map(|_| "<callback>"))
+            .field(
+                "on_created",
+                &self.on_created.as_ref().map(|_| "<callback>"),
+            )
             .finish()
     }
 }
@@ -103,6 +122,16 @@ impl CopyOptions {
         progress: impl Fn(&CopyProgress) + Send + Sync + 'static,
     ) -> CopyOptions {
         self.progress = Some(Arc::new(progress));
+        self
+    }
+
+    /// Set the callback run once this copy has created the destination ledger
+    /// (see [`on_created`](CopyOptions::on_created)).
+    pub fn with_on_created(
+        mut self,
+        on_created: impl Fn(LedgerId) -> BoxFuture<'static, Result<(), String>> + Send + Sync + 'static,
+    ) -> CopyOptions {
+        self.on_created = Some(Arc::new(on_created));
         self
     }
 }

@@ -274,3 +274,49 @@ async fn source_writer_keeps_appending_during_and_after_the_copy() {
     assert_eq!(src.cluster().is_fenced(id), Some(false));
     writer.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn on_created_runs_once_after_the_create_and_a_refusal_abandons_the_copy() {
+    let (src, dst) = clusters();
+    let payloads: Vec<Bytes> = (0..5).map(|i| payload(i, 32)).collect();
+    let id = write_ledger(&src, &rich_config(), &payloads, true)
+        .await
+        .id();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+
+    // A refusal: the ledger it had created is deleted, nothing else written.
+    let refuse = rich_options().with_on_created(|_| Box::pin(async { Err("store down".into()) }));
+    let e = copy_ledger_preserving_ids(id, &src, &dst, &refuse)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, bkswitch_ledger_copy::CopyError::NotRecorded { ledger_id, .. } if ledger_id == id),
+        "{e}"
+    );
+    assert!(e.is_retryable());
+    assert!(e.to_string().contains("store down"), "{e}");
+    assert!(dst.cluster().ledger_ids().is_empty());
+
+    // Recorded: called once with the id, before the entries are written.
+    let seen = calls.clone();
+    let dst_cluster = dst.cluster().clone();
+    let record = rich_options().with_on_created(move |ledger_id| {
+        let entries_then = dst_cluster
+            .ledger_metadata(ledger_id)
+            .map(|m| m.last_entry_id);
+        seen.lock().push((ledger_id, entries_then));
+        Box::pin(async { Ok(()) })
+    });
+    let report = copy_ledger_preserving_ids(id, &src, &dst, &record)
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, CopyOutcome::Copied);
+    assert_eq!(*calls.lock(), vec![(id, Some(NO_ENTRY))]);
+
+    // The destination exists: not called again.
+    let again = copy_ledger_preserving_ids(id, &src, &dst, &record)
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, CopyOutcome::AlreadyPresent);
+    assert_eq!(calls.lock().len(), 1);
+}

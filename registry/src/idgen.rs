@@ -9,8 +9,11 @@
 //! `ready` is stricter than the proposal: a managed ledger needs ledger ids to
 //! increase within it (positions are ordered by ledger id), so after a switch the
 //! new cluster must hand out ids above every id the *source* has handed out, not
-//! only above the copied ones. When the source's next id is known, `ready`
-//! requires `targetNextLedgerId > max(sourceMaxLedgerId, sourceNextLedgerId - 1)`.
+//! only above the copied ones: `ready` requires `targetNextLedgerId >
+//! sourceMaxLedgerId` and `targetNextLedgerId > sourceNextLedgerId` (strictly:
+//! with equal next ids both clusters' next ledgers would share an id). When the
+//! source's generator cannot be read, `ready` is false and `sourceIdgenError`
+//! says why.
 
 use async_trait::async_trait;
 use bkswitch_bk_client::MemoryClusters;
@@ -162,8 +165,11 @@ impl IdgenSource for ClusterIdgenSource {
 /// `ready` is stricter than the proposal: a managed ledger needs ledger ids to
 /// increase within it (positions are ordered by ledger id), so after a switch the
 /// new cluster must hand out ids above every id the *source* has handed out, not
-/// only above the copied ones. When the source's next id is known, `ready`
-/// requires `targetNextLedgerId > max(sourceMaxLedgerId, sourceNextLedgerId - 1)`.
+/// only above the copied ones: `ready` requires `targetNextLedgerId >
+/// sourceMaxLedgerId` and `targetNextLedgerId > sourceNextLedgerId` (strictly:
+/// with equal next ids both clusters' next ledgers would share an id). When the
+/// source's generator cannot be read, `ready` is false and
+/// `sourceIdgenError` says why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrecheckResult {
@@ -185,6 +191,10 @@ pub struct PrecheckResult {
     pub at_risk_ledger_ids: Vec<i64>,
     /// How many copied ids are at risk.
     pub at_risk_ledger_count: usize,
+    /// Why the source's next id could not be read (then `ready` is false:
+    /// the check cannot be made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_idgen_error: Option<String>,
 }
 
 impl Registry {
@@ -218,9 +228,15 @@ impl Registry {
             })?;
         let dst_uri = ClusterUri::parse(&dst.metadata_service_uri)?;
         let target_next = idgen.next_ledger_id(&dst_uri).await?;
-        let source_next = match ClusterUri::parse(&src.metadata_service_uri) {
-            Ok(u) => idgen.next_ledger_id(&u).await.ok(),
-            Err(_) => None,
+        // The source's own generator bounds the ids its topics already use:
+        // when it cannot be read the check cannot be made, which is "not
+        // ready", never a silent pass.
+        let (source_next, source_idgen_error) = match ClusterUri::parse(&src.metadata_service_uri) {
+            Ok(u) => match idgen.next_ledger_id(&u).await {
+                Ok(n) => (Some(n), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            Err(e) => (None, Some(e.to_string())),
         };
         let source_max = copied_ledger_ids.iter().copied().max();
         let mut at_risk: Vec<i64> = copied_ledger_ids
@@ -233,7 +249,9 @@ impl Registry {
         let count = at_risk.len();
         at_risk.truncate(MAX_AT_RISK_LISTED);
         let advanced = source_max.is_none_or(|m| target_next > m);
-        let ordered = source_next.is_none_or(|n| target_next > n - 1);
+        // Strictly above the source's next id: with equal next ids the next
+        // ledger each cluster creates would share its id.
+        let ordered = source_next.is_some_and(|n| target_next > n);
         Ok(PrecheckResult {
             ready: advanced && ordered,
             idgen_advanced_beyond_source: advanced,
@@ -244,6 +262,7 @@ impl Registry {
             target_next_ledger_id: target_next,
             at_risk_ledger_ids: at_risk,
             at_risk_ledger_count: count,
+            source_idgen_error,
         })
     }
 }

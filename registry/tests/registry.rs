@@ -330,16 +330,49 @@ async fn precheck_on_memory_clusters() {
     let r = reg.precheck("old", "new", &[3, 10], &idgen).await.unwrap();
     assert!(r.idgen_advanced_beyond_source);
     assert!(!r.ready);
+    // Equal next ids are not enough: both clusters' next ledgers would get 50.
     clusters
         .get("new")
         .unwrap()
         .advance_ledger_id_to(50)
         .unwrap();
     assert!(
-        reg.precheck("old", "new", &[3, 10], &idgen)
+        !reg.precheck("old", "new", &[3, 10], &idgen)
             .await
             .unwrap()
             .ready
+    );
+    clusters
+        .get("new")
+        .unwrap()
+        .advance_ledger_id_to(51)
+        .unwrap();
+    let r = reg.precheck("old", "new", &[3, 10], &idgen).await.unwrap();
+    assert!(r.ready, "{r:?}");
+    assert_eq!(r.source_idgen_error, None);
+    assert!(serde_json::to_value(&r)
+        .unwrap()
+        .get("sourceIdgenError")
+        .is_none());
+
+    // A source whose generator cannot be read: not ready, and why (it used
+    // to be skipped silently).
+    reg.register(
+        "zk-src",
+        "zk+hierarchical://127.0.0.1:1/ledgers",
+        ClusterStatus::Standby,
+    )
+    .await
+    .unwrap();
+    let r = reg.precheck("zk-src", "new", &[3], &idgen).await.unwrap();
+    assert!(!r.ready, "{r:?}");
+    assert!(r.idgen_advanced_beyond_source);
+    assert_eq!(r.source_next_ledger_id, None);
+    let why = r.source_idgen_error.clone().expect("the reason");
+    assert!(why.contains("memory://"), "{why}");
+    assert_eq!(
+        serde_json::to_value(&r).unwrap()["sourceIdgenError"],
+        serde_json::Value::String(why)
     );
 }
 

@@ -150,9 +150,18 @@ pub enum OrchestratorError {
 /// The operator's message for a refused idgen precheck: what is wrong and the
 /// exact bound to advance the target's generator beyond.
 fn precheck_refusal(r: &PrecheckResult) -> String {
-    let beyond = r
-        .source_max_ledger_id
-        .max(r.source_next_ledger_id.map(|n| n - 1));
+    if let Some(e) = &r.source_idgen_error {
+        return format!(
+            "idgen precheck refused the switch from `{}` to `{}`: the source's ledger id \
+             generator cannot be read ({e}), so the target's next ledger id {} cannot be checked \
+             against it; fix access to `{}`'s metadata and retry",
+            r.source_cluster_name,
+            r.target_cluster_name,
+            r.target_next_ledger_id,
+            r.source_cluster_name
+        );
+    }
+    let beyond = r.source_max_ledger_id.max(r.source_next_ledger_id);
     let step = match beyond {
         Some(id) => format!(
             "advance `{}`'s ledger id generator beyond {id} (`bookie-switch idgen \

@@ -9,6 +9,7 @@ use bkswitch_bk_client::BookKeeperExt;
 use bkswitch_ledger_copy::{
     copy_ledger_preserving_ids, CopyError, CopyOptions, CopyOutcome, CopyReport,
 };
+use bkswitch_metadata_store::ExpectedVersion;
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::Message;
 
@@ -55,33 +56,68 @@ impl Orchestrator {
         opts.with_window(cfg.copy_window.max(1))
     }
 
-    /// Copies one ledger; a copy whose destination holds a leftover of ours
-    /// (interrupted or stale copy) is deleted and copied again once.
+    /// Copies one ledger, recording in `<switch>/created/<ledgerId>` that this
+    /// switch created the target ledger before writing to it.
+    ///
+    /// When the target already holds a different ledger under the id, it is
+    /// replaced only if that record exists: a copy of ours interrupted by a
+    /// crash. Anything else there — a ledger native to the target that shares
+    /// the id, another topic's data — is never deleted: the copy fails with
+    /// [`CopyError::Mismatch`] and BUILD records the ledger FAILED, leaving it
+    /// on the source ([I2](bkswitch_docs::invariants::I2)).
     async fn copy(
         &self,
         ctx: &Ctx,
         kind: LedgerKind,
         ledger_id: i64,
     ) -> Result<std::result::Result<CopyReport, CopyError>> {
-        let opts = self.copy_options(kind);
+        let store = self.inner.store.clone();
+        let created_root = self.created_path(&ctx.id);
+        let opts = self.copy_options(kind).with_on_created(move |id| {
+            let store = store.clone();
+            let path = format!("{created_root}/{id}");
+            Box::pin(async move {
+                match store.put(&path, b"", ExpectedVersion::NotExists).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => {
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("recording `{path}`: {e}")),
+                }
+            })
+        });
         fail_point!("orchestrator::copy");
         let mut result =
             copy_ledger_preserving_ids(ledger_id, ctx.src.as_ref(), ctx.dst.as_ref(), &opts).await;
-        if matches!(result, Err(CopyError::Mismatch { .. })) && ctx.own_target_ids {
-            // The precheck proved the target never hands out this id itself, so
-            // the ledger there is a copy of ours that is stale or partial.
-            tracing::warn!(ledger_id, cluster = %ctx.target,
-                "replacing a stale or partial copy on the target");
-            fail_point!("orchestrator::delete_target_copy");
-            if ctx.dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
-                fail_point!("orchestrator::copy");
-                result = copy_ledger_preserving_ids(
+        if matches!(result, Err(CopyError::Mismatch { .. })) {
+            if self.created_by_this_switch(ctx, ledger_id).await? {
+                tracing::warn!(ledger_id, cluster = %ctx.target,
+                    "replacing a partial copy this switch created on the target");
+                fail_point!("orchestrator::delete_target_copy");
+                if ctx.dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
+                    fail_point!("orchestrator::copy");
+                    result = copy_ledger_preserving_ids(
+                        ledger_id,
+                        ctx.src.as_ref(),
+                        ctx.dst.as_ref(),
+                        &opts,
+                    )
+                    .await;
+                }
+            } else if let Err(CopyError::Mismatch { reason, .. }) = &result {
+                tracing::error!(ledger_id, cluster = %ctx.target, %reason,
+                    "the target holds a different ledger under this id that this switch did not \
+                     create; nothing deleted, the ledger stays on the source");
+                result = Err(CopyError::Mismatch {
                     ledger_id,
-                    ctx.src.as_ref(),
-                    ctx.dst.as_ref(),
-                    &opts,
-                )
-                .await;
+                    reason: format!(
+                        "{reason}; the target's ledger {ledger_id} was not created by switch \
+                         `{}` (it may hold another topic's data), so it was not deleted and \
+                         ledger {ledger_id} stays on `{}`; advance `{}`'s ledger id generator \
+                         further before the next switch",
+                        ctx.id, ctx.source, ctx.target
+                    ),
+                });
             }
         }
         if let Ok(report) = &result {
@@ -93,6 +129,12 @@ impl Orchestrator {
             };
         }
         Ok(result)
+    }
+
+    /// Whether this switch recorded creating `ledger_id` on the target.
+    async fn created_by_this_switch(&self, ctx: &Ctx, ledger_id: i64) -> Result<bool> {
+        let path = format!("{}/{ledger_id}", self.created_path(&ctx.id));
+        Ok(self.read_node(&path).await?.is_some())
     }
 
     async fn build_one(&self, ctx: &Ctx, f: Found) -> Result<()> {

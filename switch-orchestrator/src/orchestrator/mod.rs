@@ -188,9 +188,6 @@ struct Ctx {
     bootstrap: Option<String>,
     src: Arc<dyn BookKeeper>,
     dst: Arc<dyn BookKeeper>,
-    /// Whether a ledger found on the target under a copied id can only be a
-    /// leftover copy of ours (the idgen precheck passed).
-    own_target_ids: bool,
 }
 
 impl Orchestrator {
@@ -429,7 +426,6 @@ impl Orchestrator {
             bootstrap: self.bootstrap_cluster().await?,
             src: self.inner.clients.client(&rec.source).await?,
             dst: self.inner.clients.client(&rec.target).await?,
-            own_target_ids: rec.precheck_passed,
         })
     }
 

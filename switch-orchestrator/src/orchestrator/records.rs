@@ -1,6 +1,7 @@
 //! The records of a switch in the metadata store: the switch record
 //! `<root>/orchestrator/<switchId>`, one record per ledger under
-//! `…/<switchId>/ledgers/<kind>-<ledgerId>`, and the switch lease
+//! `…/<switchId>/ledgers/<kind>-<ledgerId>`, the ledgers it created on the
+//! target `…/<switchId>/created/<ledgerId>`, and the switch lease
 //! `…/<switchId>/lease`. Every write is a compare-and-set
 //! ([I3](bkswitch_docs::invariants::I3)) made while holding the lease, so a
 //! new coordinator resumes from them ([I6](bkswitch_docs::invariants::I6)).
@@ -26,6 +27,12 @@ impl Orchestrator {
 
     fn ledgers_path(&self, id: &str) -> String {
         format!("{}/ledgers", self.switch_path(id))
+    }
+
+    /// `…/<switchId>/created`: one child per ledger this switch created on
+    /// the target (see `copy` in `build.rs`).
+    pub(super) fn created_path(&self, id: &str) -> String {
+        format!("{}/created", self.switch_path(id))
     }
 
     fn lease_path(&self, id: &str) -> String {
