@@ -71,7 +71,8 @@ impl std::fmt::Debug for NodeConfig {
 }
 
 /// The client factory `bookie-switch serve` uses: `memory://<name>` clusters
-/// from `memory` (living in this process), and real BookKeeper clusters for
+/// from `memory` (living in this process; a name that is not there is refused,
+/// never created), and real BookKeeper clusters for
 /// every scheme of [`bkswitch_bookkeeper::SUPPORTED_SCHEMES`] (`zk://`,
 /// `zk+hierarchical://`, `zk+longhierarchical://`, `zk+null://`) through the
 /// Rust BookKeeper client with `config`. Each client reports its registered
@@ -85,7 +86,7 @@ pub fn standard_client_factory(
         SchemeClientFactory::new()
             .with_scheme(
                 "memory",
-                Arc::new(MemoryClientFactory::with_clusters(memory)),
+                Arc::new(MemoryClientFactory::with_clusters(memory).existing_only()),
             )
             .with_schemes(SUPPORTED_SCHEMES, &real),
     )

@@ -25,11 +25,29 @@ pub const MEMORY_SCHEME: &str = "memory://";
 /// assert!(factory.clusters().get("bk-a").is_some());
 /// let err = factory.create("zk+hierarchical://zk:2181/ledgers").await.unwrap_err();
 /// assert_eq!(err.code(), -14);
+///
+/// // Only clusters that exist: a mistyped name is refused, not created.
+/// let strict = MemoryClientFactory::with_clusters(factory.clusters().clone()).existing_only();
+/// assert!(strict.create("memory://bk-a").await.is_ok());
+/// let err = strict.create("memory://bk-x").await.unwrap_err();
+/// assert_eq!(err.code(), -14);
+/// assert!(err.to_string().contains("it has: bk-a"));
+/// assert!(factory.clusters().get("bk-x").is_none());
 /// # });
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryClientFactory {
     clusters: MemoryClusters,
+    create_missing: bool,
+}
+
+impl Default for MemoryClientFactory {
+    fn default() -> Self {
+        MemoryClientFactory {
+            clusters: MemoryClusters::default(),
+            create_missing: true,
+        }
+    }
 }
 
 impl MemoryClientFactory {
@@ -41,7 +59,21 @@ impl MemoryClientFactory {
     /// A factory over an existing set of clusters (shared, e.g. with tests that
     /// inject faults).
     pub fn with_clusters(clusters: MemoryClusters) -> MemoryClientFactory {
-        MemoryClientFactory { clusters }
+        MemoryClientFactory {
+            clusters,
+            create_missing: true,
+        }
+    }
+
+    /// Resolve only clusters that already exist in [`clusters`](Self::clusters):
+    /// a `memory://<name>` URI naming no such cluster is refused with
+    /// [`InvalidArgument`](BkErrorKind::InvalidArgument) (-14) listing the
+    /// clusters there are, instead of creating an empty cluster that exists
+    /// nowhere else. What a node serving real traffic wants: a typo in a
+    /// registration must not record a cluster that holds nothing.
+    pub fn existing_only(mut self) -> MemoryClientFactory {
+        self.create_missing = false;
+        self
     }
 
     /// The clusters this factory resolves names in.
@@ -86,6 +118,27 @@ impl MemoryClientFactory {
 impl ClientFactory for MemoryClientFactory {
     async fn create(&self, metadata_service_uri: &str) -> Result<Arc<dyn BookKeeper>> {
         let name = MemoryClientFactory::cluster_name_of(metadata_service_uri)?;
-        Ok(Arc::new(self.clusters.get_or_create(name).client()))
+        if self.create_missing {
+            return Ok(Arc::new(self.clusters.get_or_create(name).client()));
+        }
+        match self.clusters.get(name) {
+            Some(cluster) => Ok(Arc::new(cluster.client())),
+            None => Err(BkError::new(
+                BkErrorKind::InvalidArgument,
+                format!(
+                    "no in-memory bookie cluster '{name}' in this process (it has: {}); \
+                     in-memory clusters are created at start (`--memory-clusters`), check the name",
+                    {
+                        let mut names = self.clusters.names();
+                        names.sort();
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    }
+                ),
+            )),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Starting a switch: validating the target, the idgen precheck
-//! ([I11](bkswitch_docs::invariants::I11)), the switch directive (read and
-//! written through the registry's directive API) and the first switch record.
+//! ([I11](bkswitch_docs::invariants::I11)), a probe of the target's client,
+//! the switch directive (read and written through the registry's directive
+//! API) and the first switch record.
 
 use bkswitch_metadata_store::ExpectedVersion;
 use bkswitch_registry::{ClusterStatus, PrecheckResult, RegistryError, SwitchDirective};
@@ -82,6 +83,21 @@ impl Orchestrator {
             Err(e) if !self.inner.config.skip_idgen_precheck => return Err(e.into()),
             Err(_) => false,
         };
+        // A target whose client does not start would leave the switch stuck
+        // in BUILD with the directive written (every node creating ledgers
+        // on a cluster it cannot reach): refuse it now, with nothing written.
+        if let Err(e) = self.inner.clients.client(target).await {
+            return Err(OrchestratorError::Client {
+                cluster: target.to_owned(),
+                reason: format!(
+                    "the switch target's client does not start, so nothing was written: {e}"
+                ),
+                source: match e {
+                    OrchestratorError::Client { source, .. } => source,
+                    _ => None,
+                },
+            });
+        }
         fail_point!("orchestrator::directive");
         let directive = match seen {
             // Written by a start that did not record its switch (or is

@@ -1,7 +1,10 @@
-//! BUILD never deletes a target ledger it did not create. A schema ledger
-//! whose id is already taken on the target by a ledger native to it (another
-//! topic's data) is recorded FAILED and stays on the source, the native ledger
-//! untouched; a partial copy this switch created before a crash is replaced.
+//! A switch never destroys what it did not create and never starts what it
+//! cannot finish. BUILD never deletes a target ledger it did not create: a
+//! schema ledger whose id is already taken on the target by a ledger native
+//! to it (another topic's data) is recorded FAILED and stays on the source,
+//! the native ledger untouched; a partial copy this switch created before a
+//! crash is replaced. A target whose client does not start is refused before
+//! the directive is written.
 
 mod common;
 
@@ -142,4 +145,40 @@ async fn a_partial_copy_this_switch_created_is_replaced() {
         LedgerKind::Schema,
     )
     .await;
+}
+
+/// A switch to a target whose client does not start is refused before the
+/// directive: nothing is written, and a later switch is not "in progress".
+#[tokio::test]
+async fn a_target_whose_client_does_not_start_is_refused_before_the_directive() {
+    use bkswitch_switch_orchestrator::{Orchestrator, OrchestratorConfig, StaticClients};
+    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let env = env(store.clone()).await;
+    env.populate(1, 1).await;
+    let before = metadata(store.as_ref()).await;
+    // Only the source has a client.
+    let clients = StaticClients::new().with(OLD, env.client(OLD));
+    let orch = Orchestrator::new(
+        store.clone(),
+        env.registry.clone(),
+        Arc::new(clients),
+        Arc::new(env.topics.clone()),
+        OrchestratorConfig::default(),
+    )
+    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
+        clusters: env.clusters.clone(),
+    }));
+    let e = orch.start_switch(NEW, None).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(NEW) && msg.contains("nothing was written"),
+        "{msg}"
+    );
+    assert!(e.is_retryable());
+    assert_eq!(metadata(store.as_ref()).await, before, "nothing written");
+    assert!(env.registry.switch_directive().await.unwrap().is_none());
+    assert!(orch.current_status().await.unwrap().is_none());
+    // With the target reachable the switch starts.
+    let s = env.orchestrator().start_switch(NEW, None).await.unwrap();
+    assert_eq!(s.phase, Phase::Build);
 }
