@@ -59,6 +59,10 @@ skipped=()
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-${HOME:-.}/.cache}/bkswitch/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# No incremental caches: they double the cache folder's size for no gain on a
+# run that builds every crate once, and real bookies turn read-only when the
+# disk fills up.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # ZooKeeper-backed tests must run, never skip: the harness panics if it cannot
 # start a server.
 export BKSWITCH_REQUIRE_ZK=1
