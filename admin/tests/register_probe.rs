@@ -66,3 +66,51 @@ async fn ghost_clusters_and_unknown_schemes_are_refused_with_nothing_written() {
     assert_eq!(code, 200, "{body}");
     node.stop().await;
 }
+
+/// Unregistering either side of a switch that has not finished is refused
+/// (409, nothing written): the first stranding call, where `DELETE
+/// …/new` after SWITCHED answered 204 and a restarted node could no longer
+/// open a ledger stamped `new`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
+    let clusters = clusters();
+    let store = MemoryStore::new();
+    let node = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let ml = node.open_topic("tenant/ns/persistent/t").await.unwrap();
+    ml.append(&b"x"[..]).await.unwrap();
+    let admin = bkswitch_admin::AdminClient::new(node.url(), ADMIN).unwrap();
+    admin
+        .register(
+            "new",
+            "memory://new",
+            Some(bkswitch_registry::ClusterStatus::Standby),
+        )
+        .await
+        .unwrap();
+    admin.switch("new").await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let st = node.orchestrator().current_status().await.unwrap().unwrap();
+        if st.phase.is_built() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{st:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let before = tree(&store).await;
+    for (name, side) in [("new", "target"), ("old", "")] {
+        let (code, body) = raw(
+            "DELETE",
+            &format!("{}{BASE}/{name}", node.url()),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+        assert_eq!(code, 409, "{name}: {body}");
+        let msg = body["error"].as_str().unwrap_or_default().to_owned();
+        assert!(msg.contains(name) && msg.contains(side), "{msg}");
+        assert_eq!(tree(&store).await, before, "{name}: nothing written");
+    }
+    assert!(node.registry().get("new").await.unwrap().is_some());
+    node.stop().await;
+}

@@ -55,7 +55,7 @@ pub(super) async fn register(
 /// `DELETE /{name}`.
 pub(super) async fn unregister(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
     checked_name(&name)?;
-    node.registry().unregister(&name).await?;
+    node.unregister_cluster(&name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

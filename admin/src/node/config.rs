@@ -168,6 +168,22 @@ pub enum NodeError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The cluster is needed by a switch that has not finished.
+    #[error(
+        "cannot unregister bookie cluster `{name}`: it is the {side} of switch `{switch_id}` \
+         (phase {phase}); finish the switch (cleanup) or roll it back first. Nothing was \
+         unregistered"
+    )]
+    ClusterInUse {
+        /// The cluster.
+        name: String,
+        /// `source` or `target`.
+        side: &'static str,
+        /// The switch.
+        switch_id: String,
+        /// Its phase.
+        phase: String,
+    },
     /// A cluster offered for registration cannot serve: its client does not
     /// start, or it has no writable bookie. Nothing was recorded.
     #[error(

@@ -39,7 +39,7 @@ use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory};
 use bkswitch_mledger_spi::ManagedLedgerStorage;
 use bkswitch_registry::{ClusterRecord, ClusterStatus, ClusterUri, Registry, RegistryError};
 use bkswitch_switch_orchestrator::{
-    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator,
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator, Phase,
     PromoteError,
 };
 use tokio::sync::watch;
@@ -275,6 +275,36 @@ impl Node {
             .registry()
             .register(name, metadata_service_uri, status)
             .await?)
+    }
+
+    /// Unregisters the bookie cluster `name`, refusing a cluster that is the
+    /// source or the target of a switch that has not finished (neither DONE
+    /// nor rolled back): its ledgers are still being copied, promoted or
+    /// created there, and a node restarting without its record could not
+    /// open them. The registry itself refuses the ACTIVE cluster.
+    ///
+    /// # Errors
+    /// [`NodeError::ClusterInUse`] (nothing written); the registry's errors.
+    pub async fn unregister_cluster(&self, name: &str) -> Result<(), NodeError> {
+        if let Some(st) = self.orchestrator().current_status().await? {
+            let unfinished = !st.phase.is_final() && st.phase != Phase::RolledBack;
+            let side = if st.source == name {
+                Some("source")
+            } else if st.target == name {
+                Some("target")
+            } else {
+                None
+            };
+            if let (true, Some(side)) = (unfinished, side) {
+                return Err(NodeError::ClusterInUse {
+                    name: name.to_owned(),
+                    side,
+                    switch_id: st.switch_id,
+                    phase: st.phase.to_string(),
+                });
+            }
+        }
+        Ok(self.registry().unregister(name).await?)
     }
 
     /// Starts a client of `metadata_service_uri` through the node's factory,
