@@ -148,7 +148,9 @@ impl From<NodeError> for ApiError {
             NodeError::Registry(r) => r.into(),
             NodeError::Orchestrator(o) => o.into(),
             NodeError::Router(r) => r.into(),
-            e @ NodeError::ClusterInUse { .. } => ApiError::conflict(e.to_string()),
+            e @ (NodeError::ClusterInUse { .. } | NodeError::TopicOwned { .. }) => {
+                ApiError::conflict(e.to_string())
+            }
             e @ NodeError::ClusterProbe { .. } => {
                 let msg = e.to_string();
                 if e.is_retryable() {

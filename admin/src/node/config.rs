@@ -168,6 +168,19 @@ pub enum NodeError {
         /// The cause.
         source: std::io::Error,
     },
+    /// Another live node owns the topic.
+    #[error(
+        "topic `{topic}` is owned by node `{owner}` ({url}); open it there, or unload it there \
+         (or stop that node) first"
+    )]
+    TopicOwned {
+        /// The topic.
+        topic: String,
+        /// The owning node.
+        owner: String,
+        /// Its REST base URL.
+        url: String,
+    },
     /// The cluster is needed by a switch that has not finished.
     #[error(
         "cannot unregister bookie cluster `{name}`: it is the {side} of switch `{switch_id}` \

@@ -193,15 +193,33 @@ impl Node {
     }
 
     /// Opens (or returns the already open) managed ledger `name` with the
-    /// routing hooks, and records this node as its owner.
+    /// routing hooks, after claiming it for this node (an ephemeral ownership
+    /// node, taken by compare-and-set before the topic is loaded).
     ///
     /// # Errors
     ///
-    /// Managed-ledger errors of opening; [`NodeError::Metadata`] when the
-    /// ownership cannot be recorded (the ledger is closed again).
+    /// [`NodeError::TopicOwned`] when another live node owns it (nothing
+    /// loaded, nothing written); [`NodeError::Metadata`] when the ownership
+    /// cannot be recorded; managed-ledger errors of opening (the claim is
+    /// released again).
     pub async fn open_topic(&self, name: &str) -> Result<ManagedLedger, NodeError> {
         if let Some(ml) = self.inner.topics.get(name) {
             return Ok(ml);
+        }
+        // Ownership first: loading the topic recovers (fences) its last
+        // ledger, which must never happen to a topic another node serves.
+        let owner = Ownership {
+            node_id: self.inner.config.node_id.clone(),
+            url: self.inner.url.clone(),
+        };
+        let store = self.inner.config.store.as_ref();
+        let path = ownership::owner_path(&self.inner.config.owners_root, name);
+        if let ownership::Claim::OwnedBy(other) = ownership::claim(store, &path, &owner).await? {
+            return Err(NodeError::TopicOwned {
+                topic: name.to_owned(),
+                owner: other.node_id,
+                url: other.url,
+            });
         }
         let mut config = self.inner.config.ledger_config.clone();
         self.inner.storage.configure(&mut config);
@@ -215,18 +233,12 @@ impl Node {
                     tracing::debug!(topic = name, error = %e, "topic load retried");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    ownership::release(store, &path, &owner.node_id).await;
+                    return Err(e.into());
+                }
             }
         };
-        let owner = Ownership {
-            node_id: self.inner.config.node_id.clone(),
-            url: self.inner.url.clone(),
-        };
-        let path = ownership::owner_path(&self.inner.config.owners_root, name);
-        if let Err(e) = ownership::record(self.inner.config.store.as_ref(), &path, &owner).await {
-            let _ = ml.close().await;
-            return Err(e.into());
-        }
         self.inner.topics.insert(ml.clone());
         Ok(ml)
     }

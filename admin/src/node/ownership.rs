@@ -52,23 +52,63 @@ fn encode_topic(topic: &str) -> String {
     out
 }
 
-/// Records `owner` at `path` (ephemeral), taking the node over when a previous
-/// owner's session still holds it.
-pub(super) async fn record(
+/// What [`claim`] found.
+#[derive(Debug)]
+pub(super) enum Claim {
+    /// `owner` now owns the topic (its ephemeral node, in this session).
+    Claimed,
+    /// Another live node owns it.
+    OwnedBy(Ownership),
+}
+
+/// Claims the topic at `path` for `owner` with an ephemeral node in this
+/// session, by compare-and-set only: two nodes can never both believe they
+/// own a topic. A node left by an earlier session of the same node id (a
+/// restart before that session expired) is replaced — deleted at the version
+/// read, then created in this session, so the claim does not vanish when the
+/// old session expires. A node naming another node id is never overwritten.
+pub(super) async fn claim(
     store: &dyn MetadataStore,
     path: &str,
     owner: &Ownership,
-) -> Result<(), MetadataError> {
+) -> Result<Claim, MetadataError> {
     let value = serde_json::to_vec(owner).unwrap_or_default();
-    match store.create(path, &value, CreateMode::EPHEMERAL).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => store
-            .put(path, &value, ExpectedVersion::Any)
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
+    for _ in 0..CLAIM_ATTEMPTS {
+        match store.create(path, &value, CreateMode::EPHEMERAL).await {
+            Ok(_) => return Ok(Claim::Claimed),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let Some(current) = store.get(path).await? else {
+            continue; // released meanwhile: create again
+        };
+        match serde_json::from_slice::<Ownership>(&current.value) {
+            Ok(o) if o.node_id != owner.node_id => return Ok(Claim::OwnedBy(o)),
+            // Ours from an earlier session, or unreadable: replace it.
+            _ => match store
+                .delete(path, ExpectedVersion::Exactly(current.stat.version))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_conflict() || e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            },
+        }
+    }
+    match store.get(path).await? {
+        Some(r) => match serde_json::from_slice::<Ownership>(&r.value) {
+            Ok(o) if o.node_id != owner.node_id => Ok(Claim::OwnedBy(o)),
+            _ => Ok(Claim::Claimed),
+        },
+        None => Ok(Claim::OwnedBy(Ownership {
+            node_id: "<unknown>".to_owned(),
+            url: String::new(),
+        })),
     }
 }
+
+/// How many create / read / delete rounds [`claim`] makes before giving up.
+const CLAIM_ATTEMPTS: usize = 8;
 
 /// Deletes the ownership node at `path` if it names `node_id` (best effort).
 pub(super) async fn release(store: &dyn MetadataStore, path: &str, node_id: &str) {

@@ -1,9 +1,11 @@
-//! Registration refuses clusters that cannot exist, with nothing written:
+//! Operator calls that would strand data or clash are refused, with nothing
+//! written. Registration refuses clusters that cannot exist:
 //! on a node built like `bookie-switch serve` (the standard client factory),
 //! a `memory://` name that is not a cluster of the process and a scheme no
 //! client handles are refused (400) and the registry is left as it was.
 //! (Real clusters — a missing root, no bookies, an unreachable ZooKeeper — are
-//! tried in `real_bookkeeper.rs`.)
+//! tried in `real_bookkeeper.rs`.) Neither side of an unfinished switch can be
+//! unregistered, and a topic a live node owns is never taken over.
 
 mod common;
 
@@ -113,4 +115,34 @@ async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
     }
     assert!(node.registry().get("new").await.unwrap().is_some());
     node.stop().await;
+}
+
+/// Topic ownership is taken by compare-and-set: a node never takes over a
+/// topic another live node serves (it used to overwrite the ownership node
+/// and fence the owner's ledger), and takes it once the owner unloads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_owned_by_a_live_node_is_not_taken_over() {
+    let clusters = clusters();
+    let store = MemoryStore::new();
+    let n1 = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let n2 = start("node-2", Arc::new(store.new_session()), &clusters).await;
+    let topic = "tenant/ns/persistent/owned";
+    let ml = n1.open_topic(topic).await.unwrap();
+    ml.append(&b"one"[..]).await.unwrap();
+    let before = tree(&store).await;
+    let e = n2.open_topic(topic).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, bkswitch_admin::NodeError::TopicOwned { .. }) && msg.contains("node-1"),
+        "{msg}"
+    );
+    assert_eq!(tree(&store).await, before, "nothing written");
+    // The owner was not fenced: it keeps writing to the same ledger.
+    let p = ml.append(&b"two"[..]).await.unwrap();
+    assert_eq!(p.ledger_id, ml.current_ledger_id().unwrap());
+    n1.unload_topic(topic).await.unwrap();
+    let taken = n2.open_topic(topic).await.unwrap();
+    taken.append(&b"three"[..]).await.unwrap();
+    n1.stop().await;
+    n2.stop().await;
 }
