@@ -62,7 +62,10 @@ async fn factory_names_clients_and_refuses_bad_uris_clearly() {
     let factory = BookKeeperClientFactory::new(ClientConfig::default()).with_name(&uri, "bk-east");
     let bk: Arc<dyn BookKeeper> = factory.create(&uri).await.unwrap();
     assert_eq!(bk.cluster_name(), "bk-east");
-    assert_eq!(bk.writable_bookies(), Some(cluster.writable_bookies().len()));
+    assert_eq!(
+        bk.writable_bookies(),
+        Some(cluster.writable_bookies().len())
+    );
     // `create_named` names the client, unless `with_name` named the URI.
     let named = BookKeeperClientFactory::new(ClientConfig::default())
         .create_named("bk-west", &uri)

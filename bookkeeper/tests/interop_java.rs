@@ -651,7 +651,9 @@ async fn advancing_the_id_generator_for_rust_and_java_clients() {
     let before = rust.create_ledger(&one).await.unwrap().id();
     let java_before = java(|| early_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
     assert!(before < 1 << 31 && java_before < 1 << 31);
-    let next = bkswitch_bookkeeper::next_ledger_id(&uri, &cfg).await.unwrap();
+    let next = bkswitch_bookkeeper::next_ledger_id(&uri, &cfg)
+        .await
+        .unwrap();
     assert!(next > before.max(java_before), "{next}");
 
     // Beyond an id of the second HOB: every later id is at least 3 << 32.
@@ -670,7 +672,10 @@ async fn advancing_the_id_generator_for_rust_and_java_clients() {
     assert!(rust_after > above, "{rust_after}");
     let fresh_java = java_client(&cluster);
     let java_after = java(|| fresh_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
-    assert!(java_after > above && java_after != rust_after, "{java_after}");
+    assert!(
+        java_after > above && java_after != rust_after,
+        "{java_after}"
+    );
     let stale = java(|| early_java.create(&CreateOptions::new(1, 1, 1))).unwrap();
     assert!(
         stale < 1 << 31,

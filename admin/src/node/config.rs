@@ -192,9 +192,9 @@ impl NodeError {
     /// as opposed to a request that cannot succeed as written.
     pub fn is_retryable(&self) -> bool {
         match self {
-            NodeError::ClusterProbe { source, .. } => source
-                .as_ref()
-                .is_none_or(|e| e.is_retryable()),
+            NodeError::ClusterProbe { source, .. } => {
+                source.as_ref().is_none_or(|e| e.is_retryable())
+            }
             NodeError::Metadata(e) => e.is_retryable(),
             _ => false,
         }
