@@ -77,6 +77,9 @@ struct Sample {
     call_to_write_ms: i64,
     /// Each node's `appliedAt - ts`, in node order.
     per_node_ms: Vec<i64>,
+    /// From the REST call's start until its origin reported `SWITCHED` or
+    /// `ROLLED_BACK` (polled every 10 ms).
+    settled_ms: i64,
 }
 
 impl Sample {
@@ -255,6 +258,7 @@ fn sample(kind: &'static str, call_started_ms: i64, applied: &[AppliedDirective]
             .iter()
             .map(|a| a.applied_at_ms - a.written_at_ms)
             .collect(),
+        settled_ms: 0,
     }
 }
 
@@ -272,26 +276,28 @@ async fn run(stack: &Stack, rounds: usize) -> Vec<Sample> {
         let sw = origin.client.switch("new").await.expect("POST /switch");
         assert!(sw.epoch().is_some_and(|e| e > epoch), "{:?}", sw.raw());
         let applied = applied_everywhere(stack, "new", epoch).await;
-        let s = sample("switch", started, &applied);
+        let mut s = sample("switch", started, &applied);
         epoch = s.epoch;
-        samples.push(s);
         wait_status(origin, "phase SWITCHED", |st| {
             st.switch()
                 .is_some_and(|s| s.phase_name() == Some("SWITCHED"))
         })
         .await;
+        s.settled_ms = now_ms() - started;
+        samples.push(s);
 
         let started = now_ms();
         origin.client.rollback().await.expect("POST /rollback");
         let applied = applied_everywhere(stack, "old", epoch).await;
-        let s = sample("rollback", started, &applied);
+        let mut s = sample("rollback", started, &applied);
         epoch = s.epoch;
-        samples.push(s);
         wait_status(origin, "phase ROLLED_BACK", |st| {
             st.switch()
                 .is_some_and(|s| s.phase_name() == Some("ROLLED_BACK"))
         })
         .await;
+        s.settled_ms = now_ms() - started;
+        samples.push(s);
         eprint!(".");
     }
     eprintln!();
@@ -356,6 +362,19 @@ fn report(samples: &[Sample], nodes: &[ServeNode]) {
             .iter()
             .filter(|s| s.kind == kind)
             .map(|s| s.call_to_write_ms)
+            .collect();
+        println!("{}", row(&format!("`POST /{kind}`"), values));
+    }
+    println!();
+    println!("REST call start → the origin reports SWITCHED / ROLLED_BACK (polled)");
+    println!();
+    println!("| call | n | p50 | p99 | max | mean |");
+    println!("|---|---|---|---|---|---|");
+    for kind in ["switch", "rollback"] {
+        let values = samples
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.settled_ms)
             .collect();
         println!("{}", row(&format!("`POST /{kind}`"), values));
     }
