@@ -342,6 +342,13 @@ async fn switch_status_read_mode_cleanup_and_rollback_endpoints() {
     assert_eq!(status["epoch"], epoch);
     assert_eq!(status["directive"]["target"], "new");
     assert_eq!(status["switch"]["counts"]["promoted"], 2, "{status}");
+    // When the node applied the directive, against its write.
+    let applied = &status["applied"];
+    assert_eq!(applied["epoch"], epoch, "{status}");
+    assert_eq!(applied["target"], "new");
+    assert_eq!(applied["writtenAt"], status["directive"]["ts"]);
+    let visible = applied["appliedAt"].as_i64().unwrap() - applied["writtenAt"].as_i64().unwrap();
+    assert_eq!(applied["visibleAfterMs"], visible.max(0));
 
     // Read mode.
     let (s, rm) = raw(

@@ -219,6 +219,14 @@ async fn demo_cleanup_run_holds_every_invariant() {
     assert_eq!(report.cursors_promoted + report.rollover_fallbacks, 4);
     assert_eq!(report.failed_ledgers, 0);
     assert!(report.switch_visible_ms < 10_000);
+    // Measured by the nodes from the directive's write: within the figure
+    // polled from the switch call's start.
+    assert!(
+        report.directive_visible_ms <= report.switch_visible_ms,
+        "{} > {}",
+        report.directive_visible_ms,
+        report.switch_visible_ms
+    );
     assert!(report.all_writes_moved_ms < 10_000);
     let json = serde_json::to_value(&report).unwrap();
     for key in [
@@ -231,6 +239,7 @@ async fn demo_cleanup_run_holds_every_invariant() {
         "failedLedgers",
         "rolloverFallbacks",
         "switchVisibleMs",
+        "directiveVisibleMs",
         "allWritesMovedMs",
         "invariantsOk",
     ] {

@@ -25,5 +25,5 @@ pub use metrics::{RouterMetrics, RouterMetricsSnapshot};
 pub use mode::ReadMode;
 pub use routed::RoutedClient;
 pub use storage::MultiClusterManagedLedgerStorage;
-pub use sync::{CoordinatorDuty, RegistrySync, SYNC_RETRY_MAX, SYNC_RETRY_MIN};
+pub use sync::{AppliedDirective, CoordinatorDuty, RegistrySync, SYNC_RETRY_MAX, SYNC_RETRY_MIN};
 pub use table::MAX_CLUSTERS;

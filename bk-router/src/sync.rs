@@ -41,6 +41,32 @@ pub struct CoordinatorDuty {
     pub origin: Option<String>,
 }
 
+/// When this node applied a switch directive: what
+/// [`RegistrySync::last_applied`] reports, and what a node's status shows.
+///
+/// Both instants are milliseconds since the Unix epoch, on the wall clocks of
+/// the directive's writer and of this node: on one machine (or with
+/// synchronized clocks) `applied_at_ms - written_at_ms` is how long the
+/// directive took to become visible here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedDirective {
+    /// The directive's epoch.
+    pub epoch: i64,
+    /// The cluster this node switched to.
+    pub target: String,
+    /// When the directive was written (its `ts`).
+    pub written_at_ms: i64,
+    /// When this node's active cluster became the target.
+    pub applied_at_ms: i64,
+}
+
+impl AppliedDirective {
+    /// `applied_at_ms - written_at_ms`, never negative.
+    pub fn visible_after_ms(&self) -> i64 {
+        (self.applied_at_ms - self.written_at_ms).max(0)
+    }
+}
+
 /// Follows a registry for one [`MultiClusterManagedLedgerStorage`]:
 ///
 /// - a cluster record that appears or changes is registered for routing
@@ -62,6 +88,7 @@ pub struct CoordinatorDuty {
 pub struct RegistrySync {
     node_id: String,
     applied: watch::Receiver<i64>,
+    last_applied: Arc<Mutex<Option<AppliedDirective>>>,
     duties: Mutex<Option<mpsc::UnboundedReceiver<CoordinatorDuty>>>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -107,6 +134,7 @@ impl RegistrySync {
         let (applied_tx, applied) = watch::channel(0);
         let (duty_tx, duty_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
+        let last_applied = Arc::new(Mutex::new(None));
         let worker = Worker {
             storage,
             registry,
@@ -114,6 +142,7 @@ impl RegistrySync {
             election: election.clone(),
             metrics: metrics.clone(),
             applied: applied_tx,
+            applied_record: last_applied.clone(),
             duties: duty_tx,
             last_applied: 0,
             pending: None,
@@ -124,6 +153,7 @@ impl RegistrySync {
         Ok(RegistrySync {
             node_id: node_id.to_owned(),
             applied,
+            last_applied,
             duties: Mutex::new(Some(duty_rx)),
             stop,
             task: Mutex::new(Some(task)),
@@ -140,6 +170,11 @@ impl RegistrySync {
     /// The epoch of the last directive applied (0: none yet).
     pub fn applied_epoch(&self) -> i64 {
         *self.applied.borrow()
+    }
+
+    /// The last directive this node applied, and when (`None`: none yet).
+    pub fn last_applied(&self) -> Option<AppliedDirective> {
+        self.last_applied.lock().clone()
     }
 
     /// A receiver of the applied epoch, to wait for a directive to be applied
@@ -207,6 +242,7 @@ struct Worker {
     election: Arc<LeaderElection>,
     metrics: Arc<RouterMetrics>,
     applied: watch::Sender<i64>,
+    applied_record: Arc<Mutex<Option<AppliedDirective>>>,
     duties: mpsc::UnboundedSender<CoordinatorDuty>,
     last_applied: i64,
     pending: Option<Pending>,
@@ -327,10 +363,17 @@ impl Worker {
         match swapped {
             Ok(()) => {
                 self.storage.set_read_mode(ReadMode::DualRead);
+                let applied_at_ms = now_ms();
                 let Some(p) = self.pending.take() else {
                     return;
                 };
                 let d = p.directive;
+                *self.applied_record.lock() = Some(AppliedDirective {
+                    epoch: d.epoch,
+                    target: d.target.clone(),
+                    written_at_ms: d.ts,
+                    applied_at_ms,
+                });
                 self.last_applied = d.epoch;
                 self.metrics
                     .directives_applied
@@ -338,7 +381,7 @@ impl Worker {
                 self.metrics
                     .last_applied_epoch
                     .store(d.epoch, Ordering::Relaxed);
-                let since_written = now_ms().saturating_sub(d.ts);
+                let since_written = applied_at_ms.saturating_sub(d.ts);
                 tracing::info!(
                     node = %self.node_id,
                     target = %d.target,

@@ -72,6 +72,10 @@ async fn directive_switches_every_node_to_dual_read_and_origin_coordinates() {
         .collect();
     assert!(nodes[0].sync.take_duties().is_none(), "taken once");
     nodes[0].storage.set_read_mode(ReadMode::NewClusterOnly);
+    assert!(
+        nodes[0].sync.last_applied().is_none(),
+        "nothing applied yet"
+    );
 
     let d = admin.write_directive("bk-b", Some("node-2")).await.unwrap();
     for n in &nodes {
@@ -81,6 +85,14 @@ async fn directive_switches_every_node_to_dual_read_and_origin_coordinates() {
         assert_eq!(n.sync.applied_epoch(), d.epoch);
         let m = n.sync.metrics().snapshot();
         assert_eq!((m.directives_applied, m.last_applied_epoch), (1, d.epoch));
+        // When it was applied, against when it was written.
+        let a = n.sync.last_applied().expect("applied");
+        assert_eq!(
+            (a.epoch, a.target.as_str(), a.written_at_ms),
+            (d.epoch, "bk-b", d.ts)
+        );
+        assert!(a.applied_at_ms >= d.ts, "{a:?}");
+        assert_eq!(a.visible_after_ms(), a.applied_at_ms - d.ts);
     }
     assert!(duties[0].try_recv().is_err(), "node-1 is not the origin");
     assert_eq!(

@@ -43,8 +43,11 @@ pub enum RegistryEvent {
 /// disappearing), every record, `switch-target` and the `active` marker. On
 /// every notification, and after every reconnection or new session of the
 /// store, it reads the records and the directive again and reports what differs
-/// from what it reported last. A directive is reported only when its epoch is
-/// newer than the last reported one: never twice, never an older one.
+/// from what it reported last; notifications of `switch-target` alone (a new
+/// directive, the common case) read only the directive, one round trip, so
+/// that a switch is seen as soon as the store reports it. A directive is
+/// reported only when its epoch is newer than the last reported one: never
+/// twice, never an older one.
 ///
 /// The stream ends when the store is closed. Dropping the watcher stops the
 /// background task.
@@ -104,6 +107,7 @@ impl Registry {
             forwarders.spawn(forward(stream, itx.clone()));
         }
         let mut state = WatchState {
+            directive_path: self.path("switch-target"),
             registry: self.clone(),
             itx,
             forwarders,
@@ -136,6 +140,8 @@ async fn forward(
 
 struct WatchState {
     registry: Registry,
+    /// `<root>/switch-target`.
+    directive_path: String,
     itx: mpsc::UnboundedSender<Option<Notification>>,
     forwarders: JoinSet<()>,
     record_watches: HashMap<String, AbortHandle>,
@@ -190,7 +196,19 @@ impl WatchState {
             if only_loss && !dirty {
                 continue;
             }
-            match self.refresh().await {
+            // A change of the directive alone: read the directive only. Every
+            // other change (records, the root's children, the `active`
+            // marker, sessions) and every retry reads everything.
+            let directive_only = !dirty
+                && !resync
+                && !pending.is_empty()
+                && pending.iter().all(|n| self.is_directive_change(n));
+            let read = if directive_only {
+                self.refresh_directive().await
+            } else {
+                self.refresh().await
+            };
+            match read {
                 Ok(events) => {
                     dirty = false;
                     for e in events {
@@ -214,11 +232,45 @@ impl WatchState {
         }
     }
 
+    /// Whether `n` reports a write (or the creation) of the directive.
+    fn is_directive_change(&self, n: &Notification) -> bool {
+        matches!(
+            n,
+            Notification::Created { path } | Notification::Modified { path }
+                if *path == self.directive_path
+        )
+    }
+
+    /// Reads the directive alone and returns it if it is newer than the last
+    /// one reported. Cluster records are not read: their changes come with
+    /// notifications of their own (record watches, the root's children),
+    /// which [`refresh`](Self::refresh) handles.
+    async fn refresh_directive(&mut self) -> Result<Vec<RegistryEvent>> {
+        let directive = self.registry.switch_directive().await?;
+        Ok(self.newer(directive).into_iter().collect())
+    }
+
+    /// The event of `directive` when its epoch is newer than the last one
+    /// reported (and records it as reported).
+    fn newer(&mut self, directive: Option<SwitchDirective>) -> Option<RegistryEvent> {
+        let d = directive?;
+        if self.epoch.is_some_and(|e| d.epoch <= e) {
+            return None;
+        }
+        self.epoch = Some(d.epoch);
+        Some(RegistryEvent::Directive(d))
+    }
+
     /// Reads the records and the directive, re-arms the record watches and
     /// returns the differences from the last reported state.
     async fn refresh(&mut self) -> Result<Vec<RegistryEvent>> {
-        let list = self.registry.list().await?;
-        let directive = self.registry.switch_directive().await?;
+        // Both reads at once. As with one read after the other, a directive
+        // naming a cluster registered meanwhile may be reported before that
+        // cluster, whose own notification follows (RegistrySync reads such a
+        // target's record itself).
+        let (list, directive) =
+            futures::future::try_join(self.registry.list(), self.registry.switch_directive())
+                .await?;
         let mut now = BTreeMap::new();
         for rec in list {
             now.insert(rec.name.clone(), rec);
@@ -267,12 +319,7 @@ impl WatchState {
             }
         }
         self.records = now;
-        if let Some(d) = directive {
-            if self.epoch.is_none_or(|e| d.epoch > e) {
-                self.epoch = Some(d.epoch);
-                events.push(RegistryEvent::Directive(d));
-            }
-        }
+        events.extend(self.newer(directive));
         Ok(events)
     }
 }

@@ -209,3 +209,51 @@ async fn zk_directive_written_during_expiry_is_delivered() {
     restorer.store().close().await.unwrap();
     node_store.close().await.unwrap();
 }
+
+/// Directives and registrations written back to back: a notification of the
+/// directive alone reads only the directive, and nothing is lost — every
+/// cluster is added, the directives come in increasing order and the last one
+/// is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_directives_and_records_interleaved_are_all_reported() {
+    let connect = bkswitch_zk_harness::shared().connect_string();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let admin = Registry::new(Arc::new(zk_store(&connect, &chroot).await));
+    for (name, status) in [("a", ClusterStatus::Active), ("b", ClusterStatus::Standby)] {
+        admin
+            .register(name, &format!("memory://{name}"), status)
+            .await
+            .unwrap();
+    }
+    let reg = Registry::new(Arc::new(zk_store(&connect, &chroot).await));
+    let mut w = reg.watch().await.unwrap();
+    let mut last = None;
+    for i in 0..10 {
+        let target = if i % 2 == 0 { "b" } else { "a" };
+        last = Some(admin.write_directive(target, None).await.unwrap());
+        admin
+            .register(
+                &format!("c{i}"),
+                &format!("memory://c{i}"),
+                ClusterStatus::Standby,
+            )
+            .await
+            .unwrap();
+    }
+    let last = last.unwrap();
+    let mut added = std::collections::BTreeSet::new();
+    let mut epoch = 0;
+    while added.len() < 12 || epoch < last.epoch {
+        match next(&mut w).await {
+            RegistryEvent::ClusterAdded(r) => assert!(added.insert(r.name), "added twice"),
+            RegistryEvent::Directive(d) => {
+                assert!(d.epoch > epoch, "directive {} after {epoch}", d.epoch);
+                epoch = d.epoch;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(epoch, last.epoch);
+    reg.store().close().await.unwrap();
+    admin.store().close().await.unwrap();
+}

@@ -32,7 +32,7 @@ enum Command {
     Demo(DemoArgs),
     /// Run a node: multi-cluster storage, registry watcher, coordinator and the
     /// bookie-clusters REST API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Read or advance a BookKeeper cluster's ledger-id generator (the step
     /// before a switch that the precheck checks).
     Idgen(IdgenArgs),
@@ -152,6 +152,12 @@ struct ServeArgs {
     /// Bound on reads of ledgers on non-active clusters, ms.
     #[arg(long, default_value_t = 5000)]
     old_ledger_read_timeout_ms: u64,
+    /// Lab only: do not refuse a switch or rollback whose idgen precheck
+    /// fails. In-memory clusters live inside this process, where an operator
+    /// cannot advance their id generators between hops (a rollback after a
+    /// switch to the next `--memory-clusters` entry is refused without it).
+    #[arg(long)]
+    skip_idgen_precheck: bool,
 }
 
 fn main() -> ExitCode {
@@ -169,7 +175,7 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         match cli.command {
             Command::Demo(a) => demo(a).await,
-            Command::Serve(a) => serve(a).await,
+            Command::Serve(a) => serve(*a).await,
             Command::Idgen(a) => idgen(a).await,
         }
     })
@@ -321,6 +327,10 @@ async fn serve(a: ServeArgs) -> ExitCode {
     cfg.idgen = Some(standard_idgen_source(clusters));
     cfg.forced_rollover_rate = (a.forced_rollover_rate > 0).then_some(a.forced_rollover_rate);
     cfg.old_ledger_read_timeout = Duration::from_millis(a.old_ledger_read_timeout_ms);
+    cfg.orchestrator = cfg
+        .orchestrator
+        .clone()
+        .with_skip_idgen_precheck(a.skip_idgen_precheck);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {

@@ -89,9 +89,11 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
     let timings = phases::await_switch(&stack, &admin, t0, opts.progress).await;
     traffic.set_phase(TrafficPhase::After);
     say(&format!(
-        "switch visible on every node after {} ms; every topic writing to 'new' after {} ms; \
+        "switch visible on every node after {} ms ({} ms from the directive's write to the \
+         last node's swap); every topic writing to 'new' after {} ms; \
          BUILD+PROMOTE done after {} ms",
         ms(timings.switch_visible),
+        ms(timings.directive_visible),
         ms(timings.writes_moved),
         ms(timings.switched)
     ));
@@ -159,6 +161,7 @@ fn report(
         rollover_fallbacks: ledgers.rollover_fallbacks,
         ledgers_copied: ledgers.copied,
         switch_visible_ms: ms(timings.switch_visible),
+        directive_visible_ms: ms(timings.directive_visible),
         all_writes_moved_ms: ms(timings.writes_moved),
         build_promote_ms: ms(timings.switched),
         outcome,

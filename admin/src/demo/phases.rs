@@ -20,8 +20,11 @@ use crate::wire::{CleanupRequest, ClusterStatus};
 /// How long the switch takes to show, measured from `POST /switch`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Timings {
-    /// Until every node created new ledgers on `new`.
+    /// Until every node created new ledgers on `new` (seen by polling).
     pub(super) switch_visible: Option<Duration>,
+    /// From the directive's write until the last node's swap, as the nodes
+    /// recorded them (no polling in it).
+    pub(super) directive_visible: Option<Duration>,
     /// Until every topic's current ledger was on `new`.
     pub(super) writes_moved: Option<Duration>,
     /// Until the switch reached SWITCHED.
@@ -137,7 +140,27 @@ pub(super) async fn await_switch(
     if let Some(b) = bars {
         b.finish();
     }
+    // Read once every node's record is surely there (a node swaps, then
+    // records when).
+    t.directive_visible = write_to_last_swap(&stack.nodes, "new");
     t
+}
+
+/// From the write of the directive the nodes last applied (to `cluster`)
+/// until the last of them applied it, from their own records.
+fn write_to_last_swap(nodes: &[Node], cluster: &str) -> Option<Duration> {
+    let applied: Vec<_> = nodes
+        .iter()
+        .map(|n| n.sync().last_applied().filter(|a| a.target == cluster))
+        .collect::<Option<_>>()?;
+    let first = applied.first()?;
+    if applied.iter().any(|a| a.epoch != first.epoch) {
+        return None;
+    }
+    let last = applied.iter().map(|a| a.applied_at_ms).max()?;
+    Some(Duration::from_millis(
+        last.saturating_sub(first.written_at_ms).max(0) as u64,
+    ))
 }
 
 fn every_node_on(nodes: &[Node], cluster: &str) -> bool {

@@ -32,8 +32,11 @@ pub fn render(report: &DemoReport) -> String {
         report.consumer_duplicates
     ));
     s.push_str(&format!(
-        "switch          visible on all nodes {} ms, all writes on 'new' {} ms, BUILD+PROMOTE {} ms\n",
-        report.switch_visible_ms, report.all_writes_moved_ms, report.build_promote_ms
+        "switch          visible on all nodes {} ms (directive write → last swap {} ms), all writes on 'new' {} ms, BUILD+PROMOTE {} ms\n",
+        report.switch_visible_ms,
+        report.directive_visible_ms,
+        report.all_writes_moved_ms,
+        report.build_promote_ms
     ));
     s.push_str(&format!(
         "ledgers         {} copied, {} schema + {} cursor promoted, {} rollover fallbacks, {} failed\n",

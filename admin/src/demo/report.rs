@@ -49,8 +49,12 @@ pub struct DemoReport {
     pub rollover_fallbacks: u64,
     /// Ledgers copied to `new` (same id, same entry ids).
     pub ledgers_copied: u64,
-    /// From `POST /switch` until every node created new ledgers on `new`.
+    /// From `POST /switch` until every node created new ledgers on `new`
+    /// (polled every 20 ms, after the switch call and a schema write return).
     pub switch_visible_ms: u64,
+    /// From the directive's write until the last node's swap, from the nodes'
+    /// own records (`u64::MAX` when unknown).
+    pub directive_visible_ms: u64,
     /// From `POST /switch` until every topic's current ledger was on `new`.
     pub all_writes_moved_ms: u64,
     /// From `POST /switch` until the switch reached SWITCHED.

@@ -258,8 +258,6 @@ impl Node {
         Ok(())
     }
 
-    /// This node's status (what `GET /status` answers).
-    ///
     /// Registers the bookie cluster `name` at `metadata_service_uri` with
     /// `status`, after [probing](Self::probe_cluster) that it can serve: a
     /// malformed URI, a scheme no client handles, an unreachable ZooKeeper or a
@@ -371,6 +369,9 @@ impl Node {
         }
     }
 
+    /// This node's status (what `GET /status` answers), with when it applied
+    /// which directive.
+    ///
     /// # Errors
     ///
     /// Registry and orchestrator read errors.
@@ -384,7 +385,8 @@ impl Node {
             inner.sync.applied_epoch(),
             inner.registry.switch_directive().await?,
             inner.orchestrator.current_status().await?,
-        ))
+        )
+        .with_applied(inner.sync.last_applied().as_ref()))
     }
 
     /// Stops the REST server and background tasks, unloads the owned topics

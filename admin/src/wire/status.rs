@@ -1,7 +1,7 @@
 //! The status documents: a switch's progress ([`SwitchStatus`]) and one node's
 //! view ([`NodeStatus`], the answer of `GET /status`).
 
-use bkswitch_bk_router::ReadMode;
+use bkswitch_bk_router::{AppliedDirective, ReadMode};
 use bkswitch_registry::SwitchDirective;
 use bkswitch_switch_orchestrator::{Counts, Phase};
 use serde::{Deserialize, Serialize};
@@ -136,7 +136,7 @@ pub struct SwitchFailure {
 }
 
 /// One node's view (`NodeStatus` of the API, the answer of `GET /status`):
-/// `{"nodeId","activeCluster","bootstrapCluster","readMode","epoch","directive","switch"}`.
+/// `{"nodeId","activeCluster","bootstrapCluster","readMode","epoch","directive","switch","applied"}`.
 ///
 /// The server makes it with [`NodeStatus::new`]; the client reads it through
 /// the accessors, which tolerate missing fields (see the [module docs](super)).
@@ -166,6 +166,28 @@ impl NodeStatus {
             "directive": directive,
             "switch": switch.map(|s| SwitchStatus::from(s).0),
         }))
+    }
+
+    /// Adds when this node applied which directive: `applied` =
+    /// `{"epoch","target","writtenAt","appliedAt","visibleAfterMs"}` (instants
+    /// in milliseconds since the Unix epoch), or `null` before the first one.
+    #[must_use]
+    pub fn with_applied(mut self, applied: Option<&AppliedDirective>) -> NodeStatus {
+        if let Value::Object(map) = &mut self.0 {
+            map.insert(
+                "applied".to_owned(),
+                applied.map_or(Value::Null, |a| {
+                    json!({
+                        "epoch": a.epoch,
+                        "target": a.target,
+                        "writtenAt": a.written_at_ms,
+                        "appliedAt": a.applied_at_ms,
+                        "visibleAfterMs": a.visible_after_ms(),
+                    })
+                }),
+            );
+        }
+        self
     }
 
     /// The JSON as the server sent it.
@@ -203,6 +225,18 @@ impl NodeStatus {
         self.0.get("directive").filter(|v| v.is_object())
     }
 
+    /// When this node applied which directive (`applied`); `None` before the
+    /// first one, or when a field is missing (a server of an earlier version).
+    pub fn applied(&self) -> Option<AppliedDirective> {
+        let a = self.0.get("applied").filter(|v| v.is_object())?;
+        Some(AppliedDirective {
+            epoch: a.get("epoch")?.as_i64()?,
+            target: str_field(a, "target")?.to_owned(),
+            written_at_ms: a.get("writtenAt")?.as_i64()?,
+            applied_at_ms: a.get("appliedAt")?.as_i64()?,
+        })
+    }
+
     /// The switch this node knows of, if any.
     pub fn switch(&self) -> Option<SwitchStatus> {
         self.0
@@ -218,6 +252,33 @@ mod tests {
     use super::*;
     use bkswitch_switch_orchestrator::{Failure, LedgerKind};
     use serde_json::json;
+
+    /// When a node applied which directive reaches the client; a status
+    /// without it (none applied yet, or an earlier server) reads as `None`.
+    #[test]
+    fn applied_directive_reaches_the_client() {
+        let status = |applied: Option<&AppliedDirective>| {
+            NodeStatus::new("n1", None, None, ReadMode::DualRead, 0, None, None)
+                .with_applied(applied)
+        };
+        assert_eq!(status(None).applied(), None);
+        assert!(status(None).raw()["applied"].is_null());
+        let a = AppliedDirective {
+            epoch: 3,
+            target: "new".into(),
+            written_at_ms: 1_000,
+            applied_at_ms: 1_004,
+        };
+        let sent = status(Some(&a));
+        assert_eq!(sent.raw()["applied"]["visibleAfterMs"], 4);
+        let got = NodeStatus(serde_json::from_str(&sent.raw().to_string()).unwrap());
+        assert_eq!(got.applied(), Some(a));
+        assert_eq!(NodeStatus(json!({ "nodeId": "n1" })).applied(), None);
+        assert_eq!(
+            NodeStatus(json!({ "applied": { "epoch": 3, "target": "new" } })).applied(),
+            None
+        );
+    }
 
     /// A failure's metadata path reaches the client as `path` (API.md), and a
     /// server of an earlier version that sent `ownerPath` is still understood.
