@@ -22,6 +22,28 @@ pub trait ClusterClients: Send + Sync {
     /// [`OrchestratorError::Client`] when the cluster is unknown or its client
     /// cannot start.
     async fn client(&self, cluster: &str) -> Result<Arc<dyn BookKeeper>>;
+
+    /// Checks that a client of `cluster`, registered at
+    /// `metadata_service_uri`, starts — before a switch to it is recorded.
+    /// The default asks [`client`](Self::client); implementations that learn
+    /// clusters asynchronously (a router following the registry) first make
+    /// the just-registered cluster known.
+    ///
+    /// # Errors
+    ///
+    /// As [`client`](Self::client).
+    async fn probe(&self, cluster: &str, metadata_service_uri: &str) -> Result<()> {
+        let _ = metadata_service_uri;
+        self.client(cluster).await.map(drop)
+    }
+}
+
+fn client_error(cluster: &str, e: bkswitch_bk_router::RouterError) -> OrchestratorError {
+    OrchestratorError::Client {
+        cluster: cluster.to_owned(),
+        reason: e.to_string(),
+        source: Some(Box::new(e)),
+    }
 }
 
 #[async_trait]
@@ -29,11 +51,16 @@ impl ClusterClients for MultiClusterManagedLedgerStorage {
     async fn client(&self, cluster: &str) -> Result<Arc<dyn BookKeeper>> {
         self.connect_cluster(cluster)
             .await
-            .map_err(|e| OrchestratorError::Client {
-                cluster: cluster.to_owned(),
-                reason: e.to_string(),
-                source: Some(Box::new(e)),
-            })
+            .map_err(|e| client_error(cluster, e))
+    }
+
+    /// The registry watcher may not have delivered the cluster's record yet
+    /// (it was registered a moment ago): it is added for routing with its
+    /// registered URI first (the watcher's own add is then a no-op).
+    async fn probe(&self, cluster: &str, metadata_service_uri: &str) -> Result<()> {
+        self.add_cluster(cluster, metadata_service_uri)
+            .map_err(|e| client_error(cluster, e))?;
+        self.client(cluster).await.map(drop)
     }
 }
 

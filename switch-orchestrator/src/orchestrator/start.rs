@@ -86,7 +86,12 @@ impl Orchestrator {
         // A target whose client does not start would leave the switch stuck
         // in BUILD with the directive written (every node creating ledgers
         // on a cluster it cannot reach): refuse it now, with nothing written.
-        if let Err(e) = self.inner.clients.client(target).await {
+        if let Err(e) = self
+            .inner
+            .clients
+            .probe(target, &record.metadata_service_uri)
+            .await
+        {
             return Err(OrchestratorError::Client {
                 cluster: target.to_owned(),
                 reason: format!(
