@@ -16,7 +16,11 @@
 //! The physical limit is the destination bookies' raw add throughput, measured
 //! in the same run with BookKeeper's own Java client (`bench_add`: same entry
 //! size and quorums, `throttle=0`, 64 and 256 adds in flight), before and after
-//! the copy rounds; the best of those figures is "raw".
+//! the copy rounds; the best of those figures is "raw". A second Java client
+//! reads a source ledger (`bench_read`) for the other half of a copy's work:
+//! the source bookies' raw read throughput, and what a read costs them. The
+//! copy's own client adding the same way (256 in flight) is measured beside
+//! Java's, as a reference for what its requests cost the bookies.
 //!
 //! Memory: the copying process's resident set (`VmRSS` sampled every 2 ms, and
 //! `VmHWM` reset through `/proc/self/clear_refs`) and its heap (a counting
@@ -30,15 +34,15 @@
 //! destination, source reads, waiting for the destination's acknowledgements,
 //! close) through thin wrappers around the two clients, and the CPU used during
 //! each measurement is split between this process, the source bookies, the
-//! destination bookies, ZooKeeper, the Java client, the JVMs' JIT compilers and
-//! the rest of the machine (`/proc`).
+//! destination bookies, ZooKeeper, the Java clients, the JVMs' JIT compilers
+//! and the rest of the machine (`/proc`).
 //!
 //! The JVMs compile their hot paths for a long time: the run warms up first
 //! (Java adds, copies and reads, twice over) and reports the CPU the JIT
 //! compilers still used during each measurement.
 //!
 //! Run with: `cargo bench -p bkswitch-bench --bench copy_real`
-//! (about two and a half minutes; `COPY_REAL_QUICK=1` for a smaller run of 200
+//! (about three minutes; `COPY_REAL_QUICK=1` for a smaller run of 200
 //! ledgers a round). Other knobs: `COPY_REAL_LEDGERS` (ledgers per round,
 //! default 1,000), `COPY_REAL_LARGE_LEDGERS` (1,000-entry ledgers, default
 //! 100), `COPY_REAL_CONCURRENCY` (default `1,4,16`), `COPY_REAL_WINDOW` (the
@@ -55,6 +59,8 @@
 mod cpu;
 #[path = "copy_real/memory.rs"]
 mod memory;
+#[path = "copy_real/raw.rs"]
+mod raw;
 #[path = "copy_real/report.rs"]
 mod report;
 #[path = "copy_real/timed.rs"]
@@ -66,7 +72,7 @@ use std::time::{Duration, Instant};
 use bkswitch_bk_client::{
     BookKeeper, DigestType, EntryId, LedgerConfig, LedgerId, Result as BkResult,
 };
-use bkswitch_bk_harness::{BenchAddOptions, BenchAddResult, BkCluster, JavaClient};
+use bkswitch_bk_harness::{BkCluster, JavaClient};
 use bkswitch_bookkeeper::{advance_ledger_id_generator, BookKeeperClient, ClientConfig};
 use bkswitch_ledger_copy::{
     copy_ledger_preserving_ids, verify_dst_matches_src, CopyOptions, CopyOutcome, CopyReport,
@@ -76,6 +82,7 @@ use futures::StreamExt;
 
 use cpu::{CpuUse, Group};
 use memory::{load_average, MemFigures, MemProbe, MIB};
+use raw::{Raw, RawJava, RAW_INFLIGHT};
 use report::report;
 use timed::{PhaseClock, Phases, Timed};
 
@@ -89,8 +96,6 @@ const LARGE_ENTRIES: usize = 1000;
 const BUILD_CONCURRENCY: usize = 16;
 /// How many times the warm-up runs its sequence (Java adds, copies, reads).
 const WARMUP_ITERATIONS: usize = 2;
-/// Adds in flight of the raw Java measurements; the best is the limit.
-const RAW_INFLIGHT: [u32; 2] = [64, 256];
 
 struct Settings {
     quick: bool,
@@ -383,44 +388,6 @@ async fn read_pass(src: &Arc<dyn BookKeeper>, ids: &[LedgerId]) {
         .await;
 }
 
-// ----- raw Java adds -----
-
-/// One raw measurement: BookKeeper's Java client adding to the destination.
-struct Raw {
-    when: &'static str,
-    inflight: u32,
-    result: BenchAddResult,
-    cpu: CpuUse,
-}
-
-fn raw_java(java: &JavaClient, entries: u32, inflight: u32) -> BenchAddResult {
-    java.bench_add(&BenchAddOptions {
-        entries,
-        size: ENTRY_SIZE as u32,
-        inflight,
-        ensemble: 3,
-        write_quorum: 2,
-        ack_quorum: 2,
-    })
-    .unwrap()
-}
-
-fn raw_series(java: &JavaClient, groups: &[Group], entries: u32, when: &'static str) -> Vec<Raw> {
-    RAW_INFLIGHT
-        .iter()
-        .map(|&inflight| {
-            let before = cpu::snapshot(groups);
-            let result = raw_java(java, entries, inflight);
-            Raw {
-                when,
-                inflight,
-                result,
-                cpu: cpu::used(groups, &before, &cpu::snapshot(groups)),
-            }
-        })
-        .collect()
-}
-
 // ----- main -----
 
 /// KiB available in the folder the bookies' folders go to (`TMPDIR`), from
@@ -442,7 +409,9 @@ fn check_space(s: &Settings) {
     // entry log: 4 KiB per 1 KiB entry, on the source and on the destination.
     let copied = (s.warmup_ledgers + s.concurrency.len() * s.ledgers) * SMALL_ENTRIES
         + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
-    let raw = s.warmup_adds as usize + 2 * RAW_INFLIGHT.len() * s.raw_entries as usize;
+    // The raw adds on the destination (Java's and the Rust client's) and the
+    // source ledger of the raw reads.
+    let raw = s.warmup_adds as usize + (2 * (RAW_INFLIGHT.len() + 1) + 1) * s.raw_entries as usize;
     let need_kib = ((2 * copied + raw) * 4 * ENTRY_SIZE / 1024) as u64 + 1024 * 1024;
     let dir = std::env::temp_dir();
     if let Some(available) = available_kib(&dir) {
@@ -470,7 +439,7 @@ struct Figures {
 }
 
 /// The CPU groups: the bookies of each cluster (by their folders), ZooKeeper,
-/// the Java client.
+/// the Java clients (by their cluster's URI).
 fn groups(source: &BkCluster, destination: &BkCluster) -> Vec<Group> {
     let dirs = |c: &BkCluster| {
         (0..c.bookie_count())
@@ -490,9 +459,15 @@ fn groups(source: &BkCluster, destination: &BkCluster) -> Vec<Group> {
             label: "ZooKeeper",
             markers: vec!["org.apache.zookeeper.server".to_owned()],
         },
+        // A Java client's command line holds its cluster's URI as one argument
+        // (arguments end with a NUL).
         Group {
-            label: "Java client",
-            markers: vec!["BkInterop".to_owned()],
+            label: "Java client (destination)",
+            markers: vec![format!("{}\0", destination.metadata_service_uri())],
+        },
+        Group {
+            label: "Java client (source)",
+            markers: vec![format!("{}\0", source.metadata_service_uri())],
         },
     ]
 }
@@ -529,9 +504,18 @@ fn main() {
         &ClientConfig::default(),
     ))
     .unwrap();
-    let java = JavaClient::builder(&destination.metadata_service_uri())
-        .conf("throttle", "0")
-        .start();
+    // Pulsar turns the Java client's throttle (5,000 operations/s) off; so do
+    // the raw measurements.
+    let java_client = |uri: String| JavaClient::builder(&uri).conf("throttle", "0").start();
+    let java_source = java_client(source.metadata_service_uri());
+    // The source ledger of the raw reads, written first so that, like the
+    // copied ledgers, it has left the bookies' write cache when it is read.
+    let read_ledger = RawJava::add_with(&java_source, s.raw_entries, 256);
+    let java = RawJava {
+        destination: java_client(destination.metadata_service_uri()),
+        source: java_source,
+        read_ledger: read_ledger.ledger_id,
+    };
     let (src_bk, dst_bk) = rt.block_on(async {
         let connect = |uri: String, name: &'static str| async move {
             BookKeeperClient::connect(&uri, ClientConfig::default().with_cluster_name(name))
@@ -591,9 +575,12 @@ fn main() {
     // createAdv and close, the source's reads), reads of the copied ledgers.
     for half in warm_ids.chunks(warm_ids.len().div_ceil(WARMUP_ITERATIONS)) {
         for inflight in RAW_INFLIGHT {
-            let adds = s.warmup_adds / (WARMUP_ITERATIONS * RAW_INFLIGHT.len()) as u32;
-            raw_java(&java, adds, inflight);
+            java.add(
+                s.warmup_adds / (WARMUP_ITERATIONS * RAW_INFLIGHT.len()) as u32,
+                inflight,
+            );
         }
+        java.read();
         let warm = round(half, SMALL_ENTRIES, BUILD_CONCURRENCY, Method::Streaming);
         eprintln!("warm-up copy: {:.1} MiB/s", warm.mib_per_sec());
         rt.block_on(read_pass(&bench.src, half));
@@ -602,7 +589,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     let idle = cpu::used(&bench.groups, &idle_before, &cpu::snapshot(&bench.groups));
 
-    let mut raw = raw_series(&java, &bench.groups, s.raw_entries, "before");
+    let mut raw = java.series(&rt, &*dst_bk, &bench.groups, s.raw_entries, "before");
     let mut rounds = Vec::new();
     for (&c, ids) in s.concurrency.iter().zip(&sets) {
         let r = round(ids, SMALL_ENTRIES, c, Method::Streaming);
@@ -616,7 +603,7 @@ fn main() {
         Method::Streaming,
     );
     eprintln!("copy of long ledgers: {:.1} MiB/s", large.mib_per_sec());
-    raw.extend(raw_series(&java, &bench.groups, s.raw_entries, "after"));
+    raw.extend(java.series(&rt, &*dst_bk, &bench.groups, s.raw_entries, "after"));
     // Last, as it grows the allocator's arenas: the memory control.
     let control = round(
         &control_ids,

@@ -94,6 +94,7 @@ pub(crate) struct MemFigures {
 }
 
 impl MemProbe {
+    /// Starts the sampling thread (stopped when the probe is dropped).
     pub(crate) fn start() -> MemProbe {
         let rss_peak = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -111,6 +112,7 @@ impl MemProbe {
         }
     }
 
+    /// Marks the start of a measured phase: resets the peaks.
     pub(crate) fn begin(&self) -> MemMark {
         // Writing 5 to clear_refs resets the peak resident set (VmHWM) to the
         // current one (Linux 4.0 and later).
@@ -126,6 +128,7 @@ impl MemProbe {
         }
     }
 
+    /// The figures of the phase that `mark` started.
     pub(crate) fn end(&self, mark: &MemMark) -> MemFigures {
         let mut peak = self
             .rss_peak

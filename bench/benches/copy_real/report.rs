@@ -2,6 +2,7 @@
 
 use super::cpu::CpuUse;
 use super::memory::{MemFigures, MIB};
+use super::raw::{Raw, RawOp};
 use super::{
     Figures, Round, Settings, BUILD_CONCURRENCY, ENTRY_SIZE, LARGE_ENTRIES, SMALL_ENTRIES,
 };
@@ -34,39 +35,134 @@ fn cpu_row(label: &str, cpu: &CpuUse) {
     );
 }
 
+/// CPU seconds of the group `label` in `cpu`.
+fn group(cpu: &CpuUse, label: &str) -> f64 {
+    cpu.groups
+        .iter()
+        .position(|(l, _)| *l == label)
+        .map_or(0.0, |i| cpu.group_seconds[i])
+}
+
+/// CPU per entry of every party, in µs, and the sum.
+struct PerEntry {
+    client: f64,
+    dst: f64,
+    src: f64,
+    zk: f64,
+}
+
+impl PerEntry {
+    fn new(client_seconds: f64, cpu: &CpuUse, entries: f64) -> PerEntry {
+        let us = |seconds: f64| seconds * 1e6 / entries;
+        PerEntry {
+            client: us(client_seconds),
+            dst: us(group(cpu, "destination bookies")),
+            src: us(group(cpu, "source bookies")),
+            zk: us(group(cpu, "ZooKeeper")),
+        }
+    }
+
+    fn all(&self) -> f64 {
+        self.client + self.dst + self.src + self.zk
+    }
+
+    /// MiB/s that `cores` allow at this cost per 1 KiB entry.
+    fn ceiling(&self, cores: usize) -> f64 {
+        cores as f64 * 1e6 / self.all() * ENTRY_SIZE as f64 / MIB
+    }
+
+    fn row(&self, label: &str, cores: usize) {
+        println!(
+            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            self.client,
+            self.dst,
+            self.src,
+            self.zk,
+            self.all(),
+            self.ceiling(cores)
+        );
+    }
+}
+
+impl Raw {
+    /// CPU per entry; the client is the Java client of the cluster used.
+    fn per_entry(&self) -> PerEntry {
+        let client = match self.op {
+            RawOp::Add { .. } => group(&self.cpu, "Java client (destination)"),
+            RawOp::RustAdd { .. } => self.cpu.own_seconds,
+            RawOp::Read { .. } => group(&self.cpu, "Java client (source)"),
+        };
+        PerEntry::new(client, &self.cpu, self.entries as f64)
+    }
+}
+
+impl Round {
+    /// CPU per entry; the client is this process.
+    fn per_entry(&self, entries: usize) -> PerEntry {
+        PerEntry::new(
+            self.cpu.own_seconds,
+            &self.cpu,
+            (self.ledgers * entries) as f64,
+        )
+    }
+}
+
 /// Prints the whole report.
 pub(crate) fn report(s: &Settings, f: &Figures) {
     let (raw, rounds, large) = (&f.raw, &f.rounds, &f.large);
-    let (load_before, took) = (f.load_before, f.took);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let window = s.window;
     println!();
     println!(
-        "copy_real ({}): CPU \"{}\", {cores} CPUs; load average (1 min) {load_before:.2} before \
-         the run; took {:.0} s",
+        "copy_real ({}): CPU \"{}\", {cores} CPUs; load average (1 min) {:.2} before the run; \
+         took {:.0} s",
         if s.quick { "quick" } else { "default" },
         cpu_model(),
-        took.as_secs_f64()
+        f.load_before,
+        f.took.as_secs_f64()
     );
     println!(
         "Ledgers of ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, {ENTRY_SIZE}-byte \
-         entries; copy window {window}."
+         entries; copy window {}.",
+        s.window
     );
     println!();
-    println!("Raw: BookKeeper's Java client adding to the destination bookies (throttle=0):");
+    println!(
+        "Raw: BookKeeper's Java client (throttle=0) adding to the destination bookies, and \
+         reading a source ledger; for reference, the copy's Rust client adding:"
+    );
     println!();
-    println!("| when | adds in flight | entries/s | MiB/s | p50 add µs | p99 add µs |");
-    println!("|---|---|---|---|---|---|");
+    println!("| measurement | entries/s | MiB/s | p50 add µs | p99 add µs |");
+    println!("|---|---|---|---|---|");
     for r in raw {
-        let j = &r.result;
+        let (p50, p99) = r
+            .latency_micros
+            .map_or(("—".to_owned(), "—".to_owned()), |(a, b)| {
+                (format!("{a:.0}"), format!("{b:.0}"))
+            });
         println!(
-            "| {} the copies | {} | {:.0} | {:.1} | {:.0} | {:.0} |",
-            r.when, r.inflight, j.entries_per_sec, j.mib_per_sec, j.p50_micros, j.p99_micros
+            "| {} | {:.0} | {:.1} | {p50} | {p99} |",
+            r.label(),
+            r.entries_per_sec,
+            r.mib_per_sec
         );
     }
-    let raw_limit = raw.iter().map(|r| r.result.mib_per_sec).fold(0.0, f64::max);
+    let best = |read: bool| {
+        raw.iter()
+            .filter(|r| match r.op {
+                RawOp::Add { .. } => !read,
+                RawOp::RustAdd { .. } => false,
+                RawOp::Read { .. } => read,
+            })
+            .map(|r| r.mib_per_sec)
+            .fold(0.0, f64::max)
+    };
+    let raw_limit = best(false);
     println!();
-    println!("Raw limit (best of the above): {raw_limit:.1} MiB/s");
+    println!(
+        "Raw limit (best of the Java adds): {raw_limit:.1} MiB/s. Best raw read of the source: \
+         {:.1} MiB/s.",
+        best(true)
+    );
     println!();
     println!(
         "| copies in flight | ledgers × entries | seconds | ledgers/s | MiB/s | % of raw | load \
@@ -117,23 +213,17 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
     }
 
     println!();
-    println!("CPU used during each measurement (cores; 2 = the whole machine):");
+    println!("CPU used during each measurement (cores; {cores} = the whole machine):");
     println!();
-    let labels: Vec<&str> = raw
-        .first()
-        .map(|r| r.cpu.groups.iter().map(|(l, _)| *l).collect())
-        .unwrap_or_default();
+    let labels: Vec<&str> = f.idle.groups.iter().map(|(l, _)| *l).collect();
     println!(
         "| measurement | copy process | {} | of which JIT compiling | other processes |",
         labels.join(" | ")
     );
     println!("|---|---|{}---|---|", "---|".repeat(labels.len()));
-    cpu_row("idle, 2 s before the raw adds", &f.idle);
+    cpu_row("idle, 2 s before the raw measurements", &f.idle);
     for r in raw {
-        cpu_row(
-            &format!("raw, {} in flight ({})", r.inflight, r.when),
-            &r.cpu,
-        );
+        cpu_row(&r.label(), &r.cpu);
     }
     for (c, entries, r) in &all {
         cpu_row(
@@ -141,10 +231,11 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
             &r.cpu,
         );
     }
+
     println!();
     println!(
-        "CPU per entry (µs), and the throughput that CPU cost allows when {cores} cores do \
-         nothing else:"
+        "CPU per entry (µs; the client is the Java client for the raw figures, this process for \
+         the copies) and the throughput that cost allows when the {cores} cores do nothing else:"
     );
     println!();
     println!(
@@ -152,46 +243,52 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
          ceiling MiB/s |"
     );
     println!("|---|---|---|---|---|---|---|");
-    let group = |cpu: &CpuUse, label: &str| {
-        cpu.groups
-            .iter()
-            .position(|(l, _)| *l == label)
-            .map_or(0.0, |i| cpu.group_seconds[i])
-    };
-    let per_entry_row = |label: String, client: f64, cpu: &CpuUse, n: f64| {
-        let (dst, src, zk) = (
-            group(cpu, "destination bookies"),
-            group(cpu, "source bookies"),
-            group(cpu, "ZooKeeper"),
-        );
-        let all = client + dst + src + zk;
-        let ceiling = cores as f64 * n / all * ENTRY_SIZE as f64 / MIB;
-        println!(
-            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {ceiling:.1} |",
-            client * 1e6 / n,
-            dst * 1e6 / n,
-            src * 1e6 / n,
-            zk * 1e6 / n,
-            all * 1e6 / n
-        );
-    };
     for r in raw {
-        per_entry_row(
-            format!("raw, {} in flight ({}); client: Java", r.inflight, r.when),
-            group(&r.cpu, "Java client"),
-            &r.cpu,
-            r.result.entries as f64,
-        );
+        r.per_entry().row(&r.label(), cores);
     }
     for (c, entries, r) in &all {
-        per_entry_row(
-            format!("copy, {c} in flight, {entries}-entry ledgers; client: this process"),
-            r.cpu.own_seconds + group(&r.cpu, "Java client"),
-            &r.cpu,
-            (r.ledgers * entries) as f64,
+        r.per_entry(*entries).row(
+            &format!("copy, {c} in flight, {entries}-entry ledgers"),
+            cores,
         );
     }
-    memory_report(rounds, large, &f.control, window);
+    // A copy reads every entry on the source and adds it on the destination,
+    // here on the same cores. Its bookies' work compared with the raw figures'.
+    let cheapest = |read: bool, part: fn(&PerEntry) -> f64| {
+        raw.iter()
+            .filter(|r| match r.op {
+                RawOp::Add { .. } => !read,
+                RawOp::RustAdd { .. } => false,
+                RawOp::Read { .. } => read,
+            })
+            .map(|r| part(&r.per_entry()))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (add_dst, read_src) = (cheapest(false, |p| p.dst), cheapest(true, |p| p.src));
+    if let Some((c, entries, r)) = all
+        .iter()
+        .max_by(|a, b| a.2.mib_per_sec().total_cmp(&b.2.mib_per_sec()))
+    {
+        let p = r.per_entry(*entries);
+        let ideal = add_dst + read_src + p.client + p.zk;
+        let ceiling = cores as f64 * 1e6 / ideal * ENTRY_SIZE as f64 / MIB;
+        println!();
+        println!(
+            "Bookies' CPU per entry: a raw Java add cost the destination bookies {add_dst:.1} µs, a \
+             raw read cost the source bookies {read_src:.1} µs. The fastest copy round ({c} in \
+             flight, {entries}-entry ledgers) cost the destination bookies {:.1} µs and the \
+             source bookies {:.1} µs per entry, this process {:.1} µs and ZooKeeper {:.1} µs. A \
+             copy whose bookies worked as cheaply as in the raw figures would still need \
+             {ideal:.1} µs per entry: at most {ceiling:.1} MiB/s on {cores} cores ({:.0} % of \
+             the raw limit).",
+            p.dst,
+            p.src,
+            p.client,
+            p.zk,
+            100.0 * ceiling / raw_limit
+        );
+    }
+    memory_report(rounds, large, &f.control, s.window);
 }
 
 fn memory_report(rounds: &[(usize, Round)], large: &Round, control: &Round, window: usize) {

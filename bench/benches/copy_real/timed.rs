@@ -68,12 +68,15 @@ pub(crate) struct Timed {
     pub(crate) clock: Arc<PhaseClock>,
 }
 
+/// A source read handle whose reads are timed.
 #[derive(Debug)]
 struct TimedSource {
     inner: Arc<dyn ReadHandle>,
     clock: Arc<PhaseClock>,
 }
 
+/// A destination write handle that times the streaming (from its creation
+/// until close is called) and the close.
 #[derive(Debug)]
 struct TimedDest {
     inner: Arc<dyn WriteHandle>,
