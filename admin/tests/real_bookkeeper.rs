@@ -248,11 +248,20 @@ async fn registry_tree(store: &dyn MetadataStore) -> BTreeMap<String, (Vec<u8>, 
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
-    if !bk_available() {
-        return;
-    }
+/// Two real clusters of 2 bookies, three nodes on `old` (the metadata under
+/// `chroot`), each with its topics, cursors, schemas and live traffic, after
+/// `warm_up` of traffic.
+struct Running {
+    old: BkCluster,
+    new: BkCluster,
+    chroot: String,
+    nodes: Vec<Node>,
+    stores: Vec<Arc<ZkStore>>,
+    names: Vec<Vec<String>>,
+    traffic: Vec<Traffic>,
+}
+
+async fn running(warm_up: Duration) -> Running {
     let old = BkCluster::on_shared_zk(2);
     let new = BkCluster::on_shared_zk(2);
     let chroot = bkswitch_zk_harness::unique_chroot();
@@ -263,7 +272,32 @@ async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
         let handles = open_topics(node, &names[n], true).await;
         traffic.push(Traffic::start(&handles, 40, 128));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(warm_up).await;
+    Running {
+        old,
+        new,
+        chroot,
+        nodes,
+        stores,
+        names,
+        traffic,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
+    if !bk_available() {
+        return;
+    }
+    let Running {
+        old,
+        new,
+        chroot,
+        nodes,
+        stores,
+        names,
+        traffic,
+    } = running(Duration::from_millis(1500)).await;
     for (n, node) in nodes.iter().enumerate() {
         idle_cursors(node, &names[n]).await;
     }
@@ -496,17 +530,15 @@ async fn rollback_on_real_bookies_with_the_reverse_idgen_step() {
     if !bk_available() {
         return;
     }
-    let old = BkCluster::on_shared_zk(2);
-    let new = BkCluster::on_shared_zk(2);
-    let chroot = bkswitch_zk_harness::unique_chroot();
-    let (nodes, stores) = start_nodes(&chroot, &old).await;
-    let names = topic_names();
-    let mut traffic = Vec::new();
-    for (n, node) in nodes.iter().enumerate() {
-        let handles = open_topics(node, &names[n], true).await;
-        traffic.push(Traffic::start(&handles, 40, 128));
-    }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let Running {
+        old,
+        new,
+        chroot: _,
+        nodes,
+        stores,
+        names,
+        traffic,
+    } = running(Duration::from_millis(1000)).await;
     let admin = AdminClient::new(nodes[0].url(), ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));

@@ -101,13 +101,18 @@ impl Ctx {
         let Some(resolver) = &self.config.hooks.ledger_resolver else {
             return Ok(self.client.clone());
         };
-        let deadline = tokio::time::Instant::now() + CLIENT_START_WAIT;
+        // The clock is read only once the hook asks to wait: a successful
+        // resolve costs what `resolve_ledger` costs.
+        let mut deadline = None;
         loop {
             match resolver.resolve_ledger(info) {
                 Err(e)
                     if e.is_retryable()
                         && e.retry_after().is_some()
-                        && tokio::time::Instant::now() < deadline =>
+                        && tokio::time::Instant::now()
+                            < *deadline.get_or_insert_with(|| {
+                                tokio::time::Instant::now() + CLIENT_START_WAIT
+                            }) =>
                 {
                     let pause = e.retry_after().unwrap_or_default().min(CLIENT_START_POLL);
                     tokio::time::sleep(pause).await;

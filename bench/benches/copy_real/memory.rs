@@ -2,54 +2,16 @@
 //! and a sampler of the resident set.
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 // ----- counting allocator (heap high-water) -----
 
-struct Counting;
-
-static HEAP: AtomicUsize = AtomicUsize::new(0);
-static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grow(n: usize) {
-    let now = HEAP.fetch_add(n, Ordering::Relaxed) + n;
-    HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        grow(layout.size());
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size >= layout.size() {
-            grow(new_size - layout.size());
-        } else {
-            HEAP.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../shared/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Counting, CURRENT as HEAP, PEAK as HEAP_PEAK};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
