@@ -7,6 +7,7 @@ mod orchestrator;
 mod owners;
 mod scan;
 pub mod testkit;
+mod usage;
 
 pub use error::{OrchestratorError, Result};
 pub use model::{
@@ -18,6 +19,7 @@ pub use owners::{
     ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics,
     NoOwners, PromoteError, RolloverReport, StaticClients, TopicOwners,
 };
+pub use usage::{ClusterUsage, KindUsage, USAGE_SAMPLE};
 
 /// Every failpoint of the switch path (compiled only with the `failpoints`
 /// feature), for crash tests.

@@ -40,28 +40,53 @@ fn md(what: &str, e: bkswitch_metadata_store::MetadataError) -> OrchestratorErro
     OrchestratorError::metadata(what.to_owned(), e)
 }
 
+/// Calls `f` on every node under `root` (itself included) with a non-empty
+/// value, depth first, in sorted order. Memory is bounded by the children
+/// lists of the nodes on the current path (one level's names at a time), not
+/// by the size of the tree: nothing visited is kept.
+pub(crate) async fn visit<F>(store: &dyn MetadataStore, root: &str, mut f: F) -> Result<()>
+where
+    F: FnMut(&str, Vec<u8>) -> Result<()>,
+{
+    let mut stack: Vec<(String, std::vec::IntoIter<String>)> = Vec::new();
+    let mut next = Some(root.to_owned());
+    loop {
+        if let Some(p) = next.take() {
+            if let Some(r) = store
+                .get(&p)
+                .await
+                .map_err(|e| md(&format!("reading `{p}`"), e))?
+            {
+                if !r.value.is_empty() {
+                    f(&p, r.value)?;
+                }
+            }
+            let children = store
+                .children(&p)
+                .await
+                .map_err(|e| md(&format!("listing `{p}`"), e))?;
+            stack.push((p, children.into_iter()));
+        }
+        let Some((parent, children)) = stack.last_mut() else {
+            return Ok(());
+        };
+        match children.next() {
+            Some(c) => next = Some(format!("{parent}/{c}")),
+            None => {
+                stack.pop();
+            }
+        }
+    }
+}
+
 /// Every node under `root` with a non-empty value, depth first.
 async fn walk(store: &dyn MetadataStore, root: &str) -> Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(p) = stack.pop() {
-        if let Some(r) = store
-            .get(&p)
-            .await
-            .map_err(|e| md(&format!("reading `{p}`"), e))?
-        {
-            if !r.value.is_empty() {
-                out.push((p.clone(), r.value));
-            }
-        }
-        let children = store
-            .children(&p)
-            .await
-            .map_err(|e| md(&format!("listing `{p}`"), e))?;
-        for c in children.into_iter().rev() {
-            stack.push(format!("{p}/{c}"));
-        }
-    }
+    visit(store, root, |p, v| {
+        out.push((p.to_owned(), v));
+        Ok(())
+    })
+    .await?;
     Ok(out)
 }
 

@@ -4,7 +4,8 @@
 //! to it (another topic's data) is recorded FAILED and stays on the source,
 //! the native ledger untouched; a partial copy this switch created before a
 //! crash is replaced. A target whose client does not start is refused before
-//! the directive is written.
+//! the directive is written, and a switch whose target dies afterwards rolls
+//! back without it.
 
 mod common;
 
@@ -13,7 +14,9 @@ use std::sync::Arc;
 use bkswitch_bk_client::{BookKeeper, LedgerConfig, ReadHandleExt};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_metadata_store::{ExpectedVersion, MemoryStore, MetadataStore};
-use bkswitch_switch_orchestrator::{LedgerKind, LedgerState, Phase};
+use bkswitch_switch_orchestrator::{
+    LedgerKind, LedgerState, Orchestrator, OrchestratorConfig, Phase, StaticClients,
+};
 use bytes::Bytes;
 use common::*;
 
@@ -151,7 +154,6 @@ async fn a_partial_copy_this_switch_created_is_replaced() {
 /// directive: nothing is written, and a later switch is not "in progress".
 #[tokio::test]
 async fn a_target_whose_client_does_not_start_is_refused_before_the_directive() {
-    use bkswitch_switch_orchestrator::{Orchestrator, OrchestratorConfig, StaticClients};
     let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
     let env = env(store.clone()).await;
     env.populate(1, 1).await;
@@ -181,4 +183,93 @@ async fn a_target_whose_client_does_not_start_is_refused_before_the_directive() 
     // With the target reachable the switch starts.
     let s = env.orchestrator().start_switch(NEW, None).await.unwrap();
     assert_eq!(s.phase, Phase::Build);
+}
+
+/// A store on the shared real ZooKeeper, under its own chroot.
+async fn zk_store() -> Arc<dyn MetadataStore> {
+    use bkswitch_metadata_store::{ZkStore, ZkStoreOptions};
+    bkswitch_zk_harness::require_zk();
+    let url = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    Arc::new(
+        ZkStore::connect(&url, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+/// An orchestrator whose clients know only the source: the target's client
+/// no longer starts (its cluster died after the switch started).
+fn without_target(env: &Env, store: Arc<dyn MetadataStore>) -> Orchestrator {
+    let clients = StaticClients::new().with(OLD, env.client(OLD));
+    Orchestrator::new(
+        store,
+        env.registry.clone(),
+        Arc::new(clients),
+        Arc::new(env.topics.clone()),
+        OrchestratorConfig::default(),
+    )
+    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
+        clusters: env.clusters.clone(),
+    }))
+}
+
+/// A switch whose target's client stops starting after the directive, stuck
+/// in BUILD (every run fails building its context), rolls back to completion
+/// without that client: flipping stamps back needs the metadata only. On a
+/// real ZooKeeper. Before, the rollback wrote the directive back and then
+/// failed at the same step, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_stuck_on_a_dead_target_rolls_back_without_it() {
+    let store = zk_store().await;
+    let env = env(store.clone()).await;
+    env.populate(2, 2).await;
+    let before: Vec<_> = ledgers(&metadata(store.as_ref()).await);
+    let s = env.orchestrator().start_switch(NEW, None).await.unwrap();
+    assert_eq!(s.phase, Phase::Build);
+
+    let orch = without_target(&env, store.clone());
+    let e = orch.run(&s.switch_id).await.unwrap_err();
+    assert!(e.to_string().contains(NEW), "{e}");
+    assert!(e.is_retryable(), "{e}");
+    // The operator's reverse idgen step (the rollback's precheck reads the
+    // target's generator, which needs its ZooKeeper, not its bookies).
+    env.advance_old_beyond_new();
+    let rolled = orch.rollback(&s.switch_id).await.unwrap();
+    assert_eq!(rolled.phase, Phase::RolledBack, "{rolled:?}");
+    let d = env.registry.switch_directive().await.unwrap().unwrap();
+    assert_eq!(d.target, OLD, "the directive names the source again");
+    // Every stamp is what it was; a new switch may start.
+    assert_eq!(ledgers(&metadata(store.as_ref()).await), before);
+    assert!(orch.current_status().await.unwrap().unwrap().phase == Phase::RolledBack);
+}
+
+/// The same after PROMOTE: the switch reached SWITCHED, then the target
+/// died; the rollback flips every promoted stamp back without its client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switched_switch_rolls_back_after_its_target_died() {
+    let store = zk_store().await;
+    let env = env(store.clone()).await;
+    env.populate(2, 2).await;
+    let before: Vec<_> = ledgers(&metadata(store.as_ref()).await);
+    let orch = env.orchestrator();
+    let s = orch.start_switch(NEW, None).await.unwrap();
+    let st = orch.run(&s.switch_id).await.unwrap();
+    assert_eq!(st.phase, Phase::Switched, "{st:?}");
+    assert!(st.counts.promoted >= 4, "{:?}", st.counts);
+    assert_ne!(ledgers(&metadata(store.as_ref()).await), before);
+
+    let orch = without_target(&env, store.clone());
+    env.advance_old_beyond_new();
+    let rolled = orch.rollback(&s.switch_id).await.unwrap();
+    assert_eq!(rolled.phase, Phase::RolledBack, "{rolled:?}");
+    let after = ledgers(&metadata(store.as_ref()).await);
+    for (kind, path, id, stamp) in &after {
+        if before.iter().any(|(_, p, i, _)| p == path && i == id) {
+            assert_eq!(stamp.as_deref(), Some(OLD), "{kind:?} {path} {id}");
+        }
+    }
 }

@@ -151,6 +151,10 @@ impl From<NodeError> for ApiError {
             e @ (NodeError::ClusterInUse { .. } | NodeError::TopicOwned { .. }) => {
                 ApiError::conflict(e.to_string())
             }
+            NodeError::ClusterHoldsLedgers { ref usage, .. } => {
+                let details = serde_json::to_value(usage.as_ref()).unwrap_or_default();
+                ApiError::conflict(e.to_string()).with_details(details)
+            }
             e @ NodeError::ClusterProbe { .. } => {
                 let msg = e.to_string();
                 if e.is_retryable() {

@@ -197,6 +197,19 @@ pub enum NodeError {
         /// Its phase.
         phase: String,
     },
+    /// The cluster still holds recorded ledgers.
+    #[error(
+        "cannot unregister bookie cluster `{name}`: it still holds {}; their reads would have \
+         nowhere to go. Keep it registered until those ledgers are trimmed or deleted. Nothing \
+         was unregistered",
+        usage.summary()
+    )]
+    ClusterHoldsLedgers {
+        /// The cluster.
+        name: String,
+        /// What it holds, per kind, with samples.
+        usage: Box<bkswitch_switch_orchestrator::ClusterUsage>,
+    },
     /// A cluster offered for registration cannot serve: its client does not
     /// start, or it has no writable bookie. Nothing was recorded.
     #[error(

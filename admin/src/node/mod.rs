@@ -287,34 +287,71 @@ impl Node {
             .await?)
     }
 
-    /// Unregisters the bookie cluster `name`, refusing a cluster that is the
-    /// source or the target of a switch that has not finished (neither DONE
-    /// nor rolled back): its ledgers are still being copied, promoted or
-    /// created there, and a node restarting without its record could not
-    /// open them. The registry itself refuses the ACTIVE cluster.
+    /// Unregisters the bookie cluster `name`. Refused, with nothing written:
+    ///
+    /// - a cluster that is the source or the target of a switch that has not
+    ///   finished (neither DONE nor rolled back): its ledgers are still being
+    ///   copied, promoted or created there;
+    /// - a cluster that still holds a recorded ledger — a data, cursor or
+    ///   schema ledger stamped with its name, or, for the bootstrap cluster,
+    ///   an unstamped one ([I2](bkswitch_docs::invariants::I2),
+    ///   [I17](bkswitch_docs::invariants::I17)): without its record no node
+    ///   could read them again. Data ledgers are never copied, so the old
+    ///   cluster of a finished switch stays registered (DEPRECATED) until its
+    ///   data ledgers are trimmed or deleted. The check streams the metadata
+    ///   ([`Orchestrator::cluster_usage`](bkswitch_switch_orchestrator::Orchestrator::cluster_usage)).
+    ///
+    /// The registry itself refuses the ACTIVE cluster. The switch check runs
+    /// again after the ledger scan, right before the delete, so a switch
+    /// started while the scan ran is seen; a switch started in the few
+    /// milliseconds between that check and the delete is not (the metadata
+    /// store has no multi-node transaction here); such a switch fails at
+    /// BUILD with the target unknown and can be rolled back.
     ///
     /// # Errors
-    /// [`NodeError::ClusterInUse`] (nothing written); the registry's errors.
+    /// [`NodeError::ClusterInUse`], [`NodeError::ClusterHoldsLedgers`]
+    /// (nothing written); the registry's errors.
     pub async fn unregister_cluster(&self, name: &str) -> Result<(), NodeError> {
-        if let Some(st) = self.orchestrator().current_status().await? {
-            let unfinished = !st.phase.is_final() && st.phase != Phase::RolledBack;
-            let side = if st.source == name {
-                Some("source")
-            } else if st.target == name {
-                Some("target")
-            } else {
-                None
-            };
-            if let (true, Some(side)) = (unfinished, side) {
-                return Err(NodeError::ClusterInUse {
-                    name: name.to_owned(),
-                    side,
-                    switch_id: st.switch_id,
-                    phase: st.phase.to_string(),
-                });
+        if self.registry().get(name).await?.is_none() {
+            return Err(RegistryError::NotFound {
+                name: name.to_owned(),
             }
+            .into());
         }
+        self.refuse_switch_side(name).await?;
+        let usage = self.orchestrator().cluster_usage(name).await?;
+        if !usage.is_empty() {
+            return Err(NodeError::ClusterHoldsLedgers {
+                name: name.to_owned(),
+                usage: Box::new(usage),
+            });
+        }
+        self.refuse_switch_side(name).await?;
         Ok(self.registry().unregister(name).await?)
+    }
+
+    /// [`NodeError::ClusterInUse`] when `name` is a side of an unfinished switch.
+    async fn refuse_switch_side(&self, name: &str) -> Result<(), NodeError> {
+        let Some(st) = self.orchestrator().current_status().await? else {
+            return Ok(());
+        };
+        let unfinished = !st.phase.is_final() && st.phase != Phase::RolledBack;
+        let side = if st.source == name {
+            Some("source")
+        } else if st.target == name {
+            Some("target")
+        } else {
+            None
+        };
+        match (unfinished, side) {
+            (true, Some(side)) => Err(NodeError::ClusterInUse {
+                name: name.to_owned(),
+                side,
+                switch_id: st.switch_id,
+                phase: st.phase.to_string(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Starts a client of `metadata_service_uri` through the node's factory,

@@ -87,22 +87,16 @@ impl Orchestrator {
             })
         });
         fail_point!("orchestrator::copy");
-        let mut result =
-            copy_ledger_preserving_ids(ledger_id, ctx.src.as_ref(), ctx.dst.as_ref(), &opts).await;
+        let (src, dst) = ctx.clients()?;
+        let mut result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
         if matches!(result, Err(CopyError::Mismatch { .. })) {
             if self.created_by_this_switch(ctx, ledger_id).await? {
                 tracing::warn!(ledger_id, cluster = %ctx.target,
                     "replacing a partial copy this switch created on the target");
                 fail_point!("orchestrator::delete_target_copy");
-                if ctx.dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
+                if dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
                     fail_point!("orchestrator::copy");
-                    result = copy_ledger_preserving_ids(
-                        ledger_id,
-                        ctx.src.as_ref(),
-                        ctx.dst.as_ref(),
-                        &opts,
-                    )
-                    .await;
+                    result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
                 }
             } else if let Err(CopyError::Mismatch { reason, .. }) = &result {
                 tracing::error!(ledger_id, cluster = %ctx.target, %reason,
@@ -215,7 +209,12 @@ impl Orchestrator {
             return Ok(());
         }
         fail_point!("orchestrator::delete_target_copy");
-        match ctx.dst.delete_ledger_if_exists(rec.ledger_id).await {
+        match ctx
+            .clients()?
+            .1
+            .delete_ledger_if_exists(rec.ledger_id)
+            .await
+        {
             Ok(_) => rec.target_copy = false,
             Err(e) => {
                 tracing::warn!(ledger_id = rec.ledger_id, error = %e,
@@ -259,8 +258,8 @@ impl Orchestrator {
     /// is still open: there is no live writer, the topic has no owner).
     async fn sealed_lac(&self, ctx: &Ctx, ledger_id: i64) -> std::result::Result<i64, String> {
         let cfg = &self.inner.config;
-        let h = ctx
-            .src
+        let (src, _) = ctx.clients().map_err(|e| e.to_string())?;
+        let h = src
             .open_ledger_no_recovery(ledger_id, cfg.cursor_digest_type, &cfg.cursor_password)
             .await
             .map_err(|e| format!("cannot open the source cursor ledger: {e}"))?;
@@ -268,8 +267,7 @@ impl Orchestrator {
             h.last_add_confirmed()
         } else {
             let _ = h.close().await;
-            let h = ctx
-                .src
+            let h = src
                 .open_ledger(ledger_id, cfg.cursor_digest_type, &cfg.cursor_password)
                 .await
                 .map_err(|e| format!("cannot recover the source cursor ledger: {e}"))?;

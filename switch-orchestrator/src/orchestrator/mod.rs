@@ -26,13 +26,12 @@ use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
 
-#[cfg(doc)]
-use crate::error::OrchestratorError;
-use crate::error::Result;
+use crate::error::{OrchestratorError, Result};
 use crate::model::{
     CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, SwitchRecord, SwitchStatus,
 };
 use crate::owners::{ClusterClients, TopicOwners};
+use crate::usage::{usage, ClusterUsage};
 
 /// A failpoint of the switch path: with the `failpoints` feature, configuring
 /// `name` makes the enclosing step return [`OrchestratorError::Injected`]. The
@@ -186,8 +185,25 @@ struct Ctx {
     source: String,
     target: String,
     bootstrap: Option<String>,
-    src: Arc<dyn BookKeeper>,
-    dst: Arc<dyn BookKeeper>,
+    /// The clusters' clients: `None` in a rollback, which flips stamps in
+    /// the metadata only and so completes even when the target's client
+    /// cannot start (a target that died after the switch).
+    clients: Option<(Arc<dyn BookKeeper>, Arc<dyn BookKeeper>)>,
+}
+
+impl Ctx {
+    /// The source's and the target's clients.
+    fn clients(&self) -> Result<(&dyn BookKeeper, &dyn BookKeeper)> {
+        match &self.clients {
+            Some((src, dst)) => Ok((src.as_ref(), dst.as_ref())),
+            None => Err(OrchestratorError::Client {
+                cluster: self.target.clone(),
+                reason: "a rollback works without the clusters' clients; nothing was copied"
+                    .to_owned(),
+                source: None,
+            }),
+        }
+    }
 }
 
 impl Orchestrator {
@@ -419,14 +435,42 @@ impl Orchestrator {
     /// What a run of the switch `rec` works with: its clusters' clients and the
     /// bootstrap cluster.
     async fn ctx(&self, rec: &SwitchRecord) -> Result<Ctx> {
+        let mut ctx = self.flip_ctx(rec).await?;
+        ctx.clients = Some((
+            self.inner.clients.client(&rec.source).await?,
+            self.inner.clients.client(&rec.target).await?,
+        ));
+        Ok(ctx)
+    }
+
+    /// What a rollback works with: no client, since flipping stamps back
+    /// touches the metadata only.
+    async fn flip_ctx(&self, rec: &SwitchRecord) -> Result<Ctx> {
         Ok(Ctx {
             id: rec.switch_id.clone(),
             source: rec.source.clone(),
             target: rec.target.clone(),
             bootstrap: self.bootstrap_cluster().await?,
-            src: self.inner.clients.client(&rec.source).await?,
-            dst: self.inner.clients.client(&rec.target).await?,
+            clients: None,
         })
+    }
+
+    /// The recorded ledgers (data, cursor and schema) that the bookie
+    /// cluster `name` holds: stamped with its name, or unstamped when it is
+    /// the bootstrap cluster ([I17](bkswitch_docs::invariants::I17)). Exact:
+    /// every managed-ledger, cursor and schema record is read, one node at a
+    /// time, so memory stays bounded by the counts and samples (plus one
+    /// level's children names) however large the metadata is.
+    ///
+    /// # Errors
+    ///
+    /// Metadata read errors.
+    pub async fn cluster_usage(&self, name: &str) -> Result<ClusterUsage> {
+        // No bootstrap marker recorded: the cluster of an unstamped ledger
+        // cannot be told, so every cluster may hold it.
+        let bootstrap = self.bootstrap_cluster().await?;
+        let holds_unstamped = bootstrap.as_deref().is_none_or(|b| b == name);
+        usage(self.inner.store.as_ref(), name, holds_unstamped).await
     }
 
     /// The bootstrap cluster: the one unstamped ledgers belong to

@@ -66,7 +66,10 @@ impl Orchestrator {
                 .update_switch(switch_id, |r| r.rollback_epoch = Some(d.epoch))
                 .await?;
         }
-        let ctx = self.ctx(&sw).await?;
+        // No client: flipping back touches the metadata only, so a target
+        // whose client no longer starts does not keep the rollback from
+        // completing (the copies it holds are deleted by a later cleanup).
+        let ctx = self.flip_ctx(&sw).await?;
         let records = self.list_ledgers(switch_id).await?;
         let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
         let mut cursors = Vec::new();

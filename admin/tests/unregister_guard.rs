@@ -1,0 +1,280 @@
+//! A cluster that still holds recorded ledgers cannot be unregistered, on a
+//! real ZooKeeper: the second stranding call, where `DELETE …/old`
+//! after a forced cleanup answered 204 although every data ledger written
+//! before the switch is stamped `old` and lives only there (data ledgers are
+//! never copied). The refusal is a 409 with the counts per kind and sample
+//! ids, and leaves the metadata as it was; once those ledgers are gone the
+//! cluster unregisters. Unstamped (pre-upgrade) ledgers count as the
+//! bootstrap cluster's, and a record whose stamp is corrupt blocks too.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::wire::CleanupRequest;
+use bkswitch_admin::{AdminClient, Node};
+use bkswitch_managed_ledger::InitialPosition;
+use bkswitch_metadata_store::{CreateMode, MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_proto::codec::encode_managed_ledger_info;
+use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
+use bkswitch_proto::ml::{CompressionType, KeyValue, ManagedLedgerInfo};
+use bkswitch_registry::ClusterStatus;
+use common::*;
+
+async fn zk(chroot: &str) -> Arc<dyn MetadataStore> {
+    let url = format!(
+        "zk://{}{chroot}",
+        bkswitch_zk_harness::shared().connect_string()
+    );
+    Arc::new(
+        ZkStore::connect(&url, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+async fn delete(node: &Node, name: &str) -> (u16, serde_json::Value) {
+    raw(
+        "DELETE",
+        &format!("{}{BASE}/{name}", node.url()),
+        Some(ADMIN),
+        None,
+    )
+    .await
+}
+
+/// Switches `old` → `new` and cleans up (forced), leaving `old` DEPRECATED.
+async fn switch_and_clean_up(node: &Node, admin: &AdminClient) {
+    admin
+        .register("new", "memory://new", Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    admin.switch("new").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = node.orchestrator().current_status().await.unwrap().unwrap();
+        if st.phase.is_built() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = admin
+        .cleanup(&CleanupRequest {
+            dry_run: false,
+            src_cluster_filter: None,
+            max_deletions: 0,
+            force: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.raw()["outcome"], "DONE", "{}", report.raw());
+    let old = node.registry().get("old").await.unwrap().unwrap();
+    assert_eq!(old.status, ClusterStatus::Deprecated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_cluster_is_kept_while_its_data_ledgers_live() {
+    bkswitch_zk_harness::require_zk();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let clusters = clusters();
+    let store = zk(&chroot).await;
+    let node = start("node-1", store.clone(), &clusters).await;
+    let admin = AdminClient::new(node.url(), ADMIN).unwrap();
+    // Two topics with data, a cursor and a schema each, all on `old`.
+    let mut ledgers = Vec::new();
+    let mut old_data = Vec::new();
+    for t in ["tenant/ns/persistent/a", "tenant/ns/persistent/b"] {
+        let ml = node.open_topic(t).await.unwrap();
+        let cursor = ml
+            .open_cursor_at("sub", InitialPosition::Earliest)
+            .await
+            .unwrap();
+        for i in 0..5 {
+            let p = ml.append(format!("{t}-{i}").into_bytes()).await.unwrap();
+            cursor.mark_delete(p).await.unwrap();
+        }
+        old_data.push(ml.current_ledger_id().unwrap());
+        node.schemas()
+            .put(&t.replace('/', "-"), b"v1", b"h1")
+            .await
+            .unwrap();
+        ledgers.push(ml);
+    }
+    switch_and_clean_up(&node, &admin).await;
+
+    // A cluster that never held anything unregisters at once.
+    clusters.get_or_create("spare");
+    admin
+        .register("spare", "memory://spare", Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let (code, body) = delete(&node, "spare").await;
+    assert_eq!(code, 204, "{body}");
+
+    // The data ledgers written before the switch are stamped `old` and only
+    // there: `old` cannot go.
+    let before = tree(store.as_ref()).await;
+    let (code, body) = delete(&node, "old").await;
+    assert_eq!(code, 409, "{body}");
+    let msg = body["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("`old`") && msg.contains("data ledger") && msg.contains("Nothing"),
+        "{msg}"
+    );
+    let details = &body["details"];
+    assert_eq!(details["cluster"], "old", "{body}");
+    let data = details["data"]["count"].as_u64().unwrap();
+    assert!(data >= old_data.len() as u64, "{body}");
+    let sample: Vec<i64> = details["data"]["sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    for id in &old_data {
+        assert!(sample.contains(id), "ledger {id} not in the sample: {body}");
+    }
+    // Cursors and schemas were promoted to `new` and their old copies deleted.
+    assert_eq!(details["cursor"]["count"], 0, "{body}");
+    assert_eq!(details["schema"]["count"], 0, "{body}");
+    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
+    assert!(node.registry().get("old").await.unwrap().is_some());
+
+    // The exact count agrees with the metadata: one recorded data ledger on
+    // `old` per topic (the rest rolled over onto `new` at the switch).
+    let usage = node.orchestrator().cluster_usage("old").await.unwrap();
+    assert_eq!(usage.data.count, data);
+    assert_eq!(usage.data.unstamped, 0);
+    assert!(!usage.holds_unstamped || usage.data.unstamped == 0);
+    let on_new = node.orchestrator().cluster_usage("new").await.unwrap();
+    assert!(
+        on_new.cursor.count >= 2 && on_new.schema.count >= 2,
+        "{on_new:?}"
+    );
+
+    // The managed ledgers are deleted (their data with them): `old` holds
+    // nothing any more and unregisters.
+    for ml in ledgers {
+        ml.delete().await.unwrap();
+    }
+    // The schemas' ledgers were promoted to `new`; `old` holds none.
+    let usage = node.orchestrator().cluster_usage("old").await.unwrap();
+    assert!(usage.is_empty(), "{usage:?}");
+    let (code, body) = delete(&node, "old").await;
+    assert_eq!(code, 204, "{body}");
+    assert!(node.registry().get("old").await.unwrap().is_none());
+    // `new` is ACTIVE and holds the promoted ledgers: refused either way.
+    let (code, body) = delete(&node, "new").await;
+    assert_eq!(code, 409, "{body}");
+    node.stop().await;
+}
+
+/// A pre-upgrade (unstamped) ledger belongs to the bootstrap cluster
+/// ([I17]): it keeps that cluster registered, and a record with a corrupt
+/// (duplicated) stamp keeps every cluster registered until it is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unstamped_ledgers_keep_the_bootstrap_cluster_and_corrupt_stamps_keep_all() {
+    bkswitch_zk_harness::require_zk();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let clusters = clusters();
+    let store = zk(&chroot).await;
+    let node = start("node-1", store.clone(), &clusters).await;
+    let admin = AdminClient::new(node.url(), ADMIN).unwrap();
+    switch_and_clean_up(&node, &admin).await;
+    assert_eq!(
+        node.orchestrator()
+            .cluster_usage("old")
+            .await
+            .unwrap()
+            .total(),
+        0,
+        "nothing was written before the switch"
+    );
+
+    // A managed ledger recorded before the upgrade: its ledger has no stamp.
+    let legacy = ManagedLedgerInfo {
+        ledger_info: vec![LedgerInfo {
+            ledger_id: 4242,
+            entries: Some(3),
+            size: Some(30),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let path = "/managed-ledgers/tenant/legacy/persistent/t";
+    let bytes = encode_managed_ledger_info(&legacy, CompressionType::None).unwrap();
+    create_all(store.as_ref(), path, &bytes).await;
+    let before = tree(store.as_ref()).await;
+    let (code, body) = delete(&node, "old").await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["details"]["data"]["count"], 1, "{body}");
+    assert_eq!(body["details"]["data"]["unstamped"], 1, "{body}");
+    assert_eq!(body["details"]["data"]["sample"][0], 4242, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("1 unstamped"),
+        "{body}"
+    );
+    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
+
+    // A duplicated stamp: which cluster holds ledger 77 cannot be told.
+    let corrupt = ManagedLedgerInfo {
+        ledger_info: vec![LedgerInfo {
+            ledger_id: 77,
+            properties: vec![
+                KeyValue {
+                    key: "_pulsar.bookieClusterName".into(),
+                    value: "new".into(),
+                },
+                KeyValue {
+                    key: "_pulsar.bookieClusterName".into(),
+                    value: "other".into(),
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    store
+        .put(
+            path,
+            &encode_managed_ledger_info(&corrupt, CompressionType::None).unwrap(),
+            bkswitch_metadata_store::ExpectedVersion::Any,
+        )
+        .await
+        .unwrap();
+    let usage = node.orchestrator().cluster_usage("old").await.unwrap();
+    assert_eq!(usage.corrupt_count, 1, "{usage:?}");
+    assert_eq!(usage.corrupt, vec![(path.to_owned(), 77)]);
+    let (code, body) = delete(&node, "old").await;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("corrupt stamp"),
+        "{body}"
+    );
+    // Repaired (the record removed): `old` unregisters.
+    store
+        .delete(path, bkswitch_metadata_store::ExpectedVersion::Any)
+        .await
+        .unwrap();
+    let (code, body) = delete(&node, "old").await;
+    assert_eq!(code, 204, "{body}");
+    node.stop().await;
+}
+
+/// Creates `path` with `value`, creating missing parents empty.
+async fn create_all(store: &dyn MetadataStore, path: &str, value: &[u8]) {
+    let mut at = String::new();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    for (i, p) in parts.iter().enumerate() {
+        at.push('/');
+        at.push_str(p);
+        let v: &[u8] = if i + 1 == parts.len() { value } else { b"" };
+        match store.create(&at, v, CreateMode::PERSISTENT).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("creating {at}: {e}"),
+        }
+    }
+}
