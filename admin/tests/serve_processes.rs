@@ -7,6 +7,9 @@
 //! SIGTERM reporting 0 publish failures and 0 gaps, and start again on the
 //! same metadata with every topic opening on the new cluster.
 //!
+//! The origin of a switch killed mid-BUILD and never restarted: the leader
+//! takes its duty over once its session is gone, and the switch converges.
+//!
 //! Needs Java and the BookKeeper jars; skipped with a note without them
 //! unless `BKSWITCH_REQUIRE_BK=1`.
 
@@ -52,6 +55,17 @@ fn topics_of(node: usize) -> Vec<String> {
 }
 
 fn spawn(dir: &Path, node: usize, metadata: &str, old_uri: &str, rate: u32) -> Serve {
+    spawn_with(dir, node, metadata, old_uri, rate, &[])
+}
+
+fn spawn_with(
+    dir: &Path,
+    node: usize,
+    metadata: &str,
+    old_uri: &str,
+    rate: u32,
+    extra: &[&str],
+) -> Serve {
     let port = free_port();
     let state = dir.join(format!("node-{node}-{port}"));
     std::fs::create_dir_all(&state).unwrap();
@@ -76,6 +90,7 @@ fn spawn(dir: &Path, node: usize, metadata: &str, old_uri: &str, rate: u32) -> S
         "--old-ledger-read-timeout-ms",
         "2000",
     ])
+    .args(extra)
     .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
     .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
     let process = GuardedProcess::spawn(&cmd, &state, &log, GuardedIo::Log, false).unwrap();
@@ -291,6 +306,136 @@ async fn three_serve_processes_switch_between_real_clusters() {
         assert!(log_of(n).contains("(active cluster: new)"), "{}", log_of(n));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    for line in stop(nodes) {
+        let (published, failures, gaps) = traffic(&line);
+        assert!(published > 0, "{line}");
+        assert_eq!((failures, gaps), (0, 0), "{line}");
+    }
+    store.close().await.unwrap();
+}
+
+/// The fifth item: the directive's origin (the node the switch was
+/// asked on) is killed with SIGKILL while BUILD runs and never comes back.
+/// Once its ZooKeeper session is gone (its candidacy leaves the election),
+/// the elected leader takes the duty over (the switch lease keeps that safe)
+/// and the switch converges: every cursor, the dead node's too, names the new
+/// cluster, nothing failed, and the surviving nodes saw 0 publish failures
+/// and 0 gaps. Before, only the origin resumed BUILD/PROMOTE, so the switch
+/// stayed in BUILD for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_takes_over_a_switch_whose_origin_died() {
+    if !bkswitch_bk_harness::bk_available() {
+        bkswitch_bk_harness::require_bk();
+        eprintln!("skipped: Java or the BookKeeper jars are missing");
+        return;
+    }
+    let old = BkCluster::on_shared_zk(2);
+    let new = BkCluster::on_shared_zk(2);
+    let zk_connect = bkswitch_zk_harness::shared().connect_string();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let metadata = format!("zk://{zk_connect}{chroot}");
+    let dir = tempfile::tempdir().unwrap();
+    let old_uri = old.metadata_service_uri();
+    let new_uri = new.metadata_service_uri();
+    let session = ["--metadata-store-session-timeout-ms", "4000"];
+    let mut nodes: Vec<Serve> = (0..3)
+        .map(|i| spawn_with(dir.path(), i, &metadata, &old_uri, 20, &session))
+        .collect();
+    wait_serving(&mut nodes).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let store: Arc<ZkStore> = Arc::new(
+        ZkStore::connect(&metadata, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    );
+    let origin = AdminClient::new(&nodes[0].url, ADMIN)
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    origin
+        .register("new", &new_uri, Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let above = origin
+        .precheck("new")
+        .await
+        .unwrap()
+        .source_next_ledger_id
+        .unwrap()
+        + 100;
+    let out = Command::new(BIN)
+        .args([
+            "idgen",
+            "--metadata-service-uri",
+            &new_uri,
+            "--advance-beyond",
+            &above.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let before = cursor_ledgers(store.as_ref(), "old").await;
+    assert_eq!(before.len(), 6, "{before:?}");
+
+    // Asked on node-0, which is the directive's origin; killed at once.
+    origin.switch("new").await.unwrap();
+    let dead = nodes.remove(0);
+    dead.process.kill();
+    let survivor = AdminClient::new(&nodes[0].url, ADMIN)
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    let st = survivor.status().await.unwrap();
+    let directive = st.directive().expect("the directive is written");
+    assert_eq!(directive["origin"], "node-0", "{directive}");
+    let sw = st.switch().expect("the switch is recorded");
+    assert!(
+        !sw.is_settled(),
+        "the switch finished before its origin was killed; the test proves nothing: {:?}",
+        sw.raw()
+    );
+
+    // Converges without node-0: its session expires (4 s), the leader
+    // adopts the duty.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = survivor.status().await.unwrap();
+        if let Some(sw) = st.switch() {
+            if sw.is_settled() {
+                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
+                let c = sw.counts();
+                assert_eq!(c.failed, 0, "{:?}", sw.raw());
+                assert_eq!(
+                    c.promoted + c.rollover_fallback + c.obsolete,
+                    c.to_build,
+                    "{:?}",
+                    sw.raw()
+                );
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the switch did not converge without its origin: {:?}\n{}\n{}",
+            st.raw(),
+            log_of(&nodes[0]),
+            log_of(&nodes[1])
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = cursor_ledgers(store.as_ref(), "new").await;
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    let took_over = nodes
+        .iter()
+        .filter(|n| log_of(n).contains("origin left the election"))
+        .count();
+    assert_eq!(
+        took_over,
+        1,
+        "exactly one node (the leader) took the duty over:\n{}\n{}",
+        log_of(&nodes[0]),
+        log_of(&nodes[1])
+    );
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
     for line in stop(nodes) {
         let (published, failures, gaps) = traffic(&line);
         assert!(published > 0, "{line}");

@@ -19,6 +19,9 @@ pub struct RouterMetrics {
     pub unstamped_after_bootstrap: AtomicU64,
     /// Coordinator duties this node took (directives it orchestrates).
     pub coordinator_duties: AtomicU64,
+    /// Of those, duties taken over as the leader: the directive had no
+    /// origin, or its origin left the election.
+    pub coordinator_takeovers: AtomicU64,
     /// Times the registry was read again after a reconnection or a new session.
     pub registry_resyncs: AtomicU64,
 }
@@ -36,6 +39,8 @@ pub struct RouterMetricsSnapshot {
     pub unstamped_after_bootstrap: u64,
     /// See [`RouterMetrics::coordinator_duties`].
     pub coordinator_duties: u64,
+    /// See [`RouterMetrics::coordinator_takeovers`].
+    pub coordinator_takeovers: u64,
     /// See [`RouterMetrics::registry_resyncs`].
     pub registry_resyncs: u64,
 }
@@ -49,6 +54,7 @@ impl RouterMetrics {
             last_applied_epoch: self.last_applied_epoch.load(Ordering::Relaxed),
             unstamped_after_bootstrap: self.unstamped_after_bootstrap.load(Ordering::Relaxed),
             coordinator_duties: self.coordinator_duties.load(Ordering::Relaxed),
+            coordinator_takeovers: self.coordinator_takeovers.load(Ordering::Relaxed),
             registry_resyncs: self.registry_resyncs.load(Ordering::Relaxed),
         }
     }

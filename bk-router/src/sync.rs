@@ -279,13 +279,7 @@ impl Worker {
                     }
                 }
                 () = tokio::time::sleep(LEADER_POLL), if self.orphan.is_some() => {
-                    if self.election.is_leader() {
-                        if let Some(d) = self.orphan.take() {
-                            tracing::info!(node = %self.node_id, epoch = d.epoch,
-                                "became the leader: taking over the origin-less switch");
-                            self.coordinate(d);
-                        }
-                    }
+                    self.adopt_orphan();
                 }
             }
         }
@@ -414,13 +408,15 @@ impl Worker {
         }
     }
 
-    /// Takes the duty of an applied directive if this node coordinates it.
+    /// Takes the duty of an applied directive if this node coordinates it:
+    /// it is the directive's origin, or there is no origin and it leads.
+    /// Otherwise the directive is kept as the orphan, for
+    /// [`adopt_orphan`](Self::adopt_orphan).
     fn coordinate(&mut self, d: SwitchDirective) {
-        let origin_less = d.origin.as_deref().is_none_or(str::is_empty);
-        if origin_less && self.orphan.as_ref().is_some_and(|o| o.epoch < d.epoch) {
+        if self.orphan.as_ref().is_some_and(|o| o.epoch < d.epoch) {
             self.orphan = None;
         }
-        let mine = match d.origin.as_deref().filter(|o| !o.is_empty()) {
+        let mine = match origin_of(&d) {
             Some(origin) => origin == self.node_id,
             None if self.election.is_leader() => true,
             None if self.election.leader().is_none() => {
@@ -429,14 +425,48 @@ impl Worker {
                 self.undecided = Some(d);
                 return;
             }
-            None => {
-                self.orphan = Some(d);
-                return;
-            }
+            None => false,
         };
-        if !mine {
+        if mine {
+            self.take_duty(d);
+        } else {
+            self.orphan = Some(d);
+        }
+    }
+
+    /// Takes the orphan's duty when this node leads and the duty has no
+    /// other live coordinator: the directive has no origin (the leader that
+    /// held it may have lost its session before finishing), or its origin's
+    /// candidacy is gone from the election (that node stopped or lost its
+    /// session; it may never come back). The switch lease keeps a returning
+    /// origin and this node from running the switch at once, and resuming a
+    /// switch that finished meanwhile does nothing.
+    fn adopt_orphan(&mut self) {
+        if !self.election.is_leader() {
             return;
         }
+        let Some(d) = self.orphan.as_ref() else {
+            return;
+        };
+        let reason = match origin_of(d) {
+            None => "became the leader: taking over the origin-less switch",
+            Some(origin) if !self.election.is_candidate(origin) => {
+                "the switch's origin left the election: the leader takes its duty over"
+            }
+            Some(_) => return,
+        };
+        if let Some(d) = self.orphan.take() {
+            tracing::info!(node = %self.node_id, epoch = d.epoch,
+                origin = d.origin.as_deref().unwrap_or(""), "{reason}");
+            self.metrics
+                .coordinator_takeovers
+                .fetch_add(1, Ordering::Relaxed);
+            self.take_duty(d);
+        }
+    }
+
+    /// Hands the duty of `d` to this node's coordinator.
+    fn take_duty(&mut self, d: SwitchDirective) {
         if self.orphan.as_ref().is_some_and(|o| o.epoch <= d.epoch) {
             self.orphan = None;
         }
@@ -455,6 +485,11 @@ impl Worker {
             origin: d.origin,
         });
     }
+}
+
+/// The directive's origin node, when it names one.
+fn origin_of(d: &SwitchDirective) -> Option<&str> {
+    d.origin.as_deref().filter(|o| !o.is_empty())
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

@@ -1,6 +1,7 @@
 //! ZooKeeper faults while a switch runs, on a private ZooKeeper server: the
 //! server restarts, one node's session expires, the elected leader's session
-//! expires under an origin-less directive. Three nodes, each with its own
+//! expires under an origin-less directive; and on a three-server ensemble,
+//! the ZooKeeper leader is killed. Three nodes, each with its own
 //! session and REST API, share in-memory bookie clusters; their topics carry
 //! live traffic.
 
@@ -18,7 +19,7 @@ use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_in
 use bkswitch_proto::Stamped;
 use bkswitch_registry::ClusterStatus;
 use bkswitch_switch_orchestrator::SwitchStatus;
-use bkswitch_zk_harness::ZkServer;
+use bkswitch_zk_harness::{ZkEnsemble, ZkServer};
 
 fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
     ZkStoreOptions {
@@ -36,8 +37,23 @@ struct Member {
     topics: Vec<String>,
 }
 
+/// The ZooKeeper a stack runs on.
+enum Zk {
+    Server(ZkServer),
+    Ensemble(ZkEnsemble),
+}
+
+impl Zk {
+    fn connect_string(&self) -> String {
+        match self {
+            Zk::Server(s) => s.connect_string(),
+            Zk::Ensemble(e) => e.connect_string(),
+        }
+    }
+}
+
 struct Stack {
-    server: ZkServer,
+    zk: Zk,
     clusters: MemoryClusters,
     members: Vec<Member>,
 }
@@ -48,10 +64,25 @@ impl Stack {
     /// `topics_per_node` topics (cursor `sub`, one schema each) when
     /// `with_topics[i]`; registers `new` STANDBY.
     async fn start(sessions: &[(u64, u64)], topics_per_node: usize, with_topics: &[bool]) -> Stack {
-        let server = ZkServer::start();
+        Self::start_on(
+            Zk::Server(ZkServer::start()),
+            sessions,
+            topics_per_node,
+            with_topics,
+        )
+        .await
+    }
+
+    /// As [`start`](Self::start), on `zk`.
+    async fn start_on(
+        zk: Zk,
+        sessions: &[(u64, u64)],
+        topics_per_node: usize,
+        with_topics: &[bool],
+    ) -> Stack {
         let url = format!(
             "zk://{}{}",
-            server.connect_string(),
+            zk.connect_string(),
             bkswitch_zk_harness::unique_chroot()
         );
         let clusters = clusters();
@@ -89,7 +120,7 @@ impl Stack {
             .await
             .expect("register new");
         Stack {
-            server,
+            zk,
             clusters,
             members,
         }
@@ -125,7 +156,9 @@ impl Stack {
     /// Stops the server (clients see their connections drop) and starts it
     /// again after `down`, off the async threads. Returns when it answers.
     async fn bounce(&self, down: Duration) {
-        let server = &self.server;
+        let Zk::Server(server) = &self.zk else {
+            panic!("bounce needs a single server");
+        };
         tokio::task::block_in_place(|| server.stop());
         tokio::time::sleep(down).await;
         tokio::task::block_in_place(|| server.start_again());
@@ -508,6 +541,81 @@ async fn origin_less_switch_while_the_leader_session_expires() {
         "leader expiry: directive applied {took:?}; duties {all_duties:?}; copied {copied}; \
          leader now {:?}",
         stack.members[1].node.sync().leader()
+    );
+    stack.shutdown().await;
+}
+
+/// The issue's ensemble scenario: three ZooKeeper servers, three nodes with
+/// live traffic; the ZooKeeper leader is killed (SIGKILL) right after `POST
+/// /switch` returned. The remaining two elect a new leader, the nodes'
+/// sessions move to them, and the switch converges: every node applies the
+/// directive, one ACTIVE cluster, nothing failed, 0 publish failures, no
+/// acknowledged entry lost and no metadata lost. The killed server then
+/// rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zookeeper_leader_killed_in_an_ensemble_during_a_switch() {
+    let ensemble = tokio::task::block_in_place(|| ZkEnsemble::start(3));
+    let stack = Stack::start_on(
+        Zk::Ensemble(ensemble),
+        &[(20, 100), (20, 100), (20, 100)],
+        2,
+        &[true; 3],
+    )
+    .await;
+    let traffic = stack.traffic().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let admin = AdminClient::new(stack.members[0].node.url(), ADMIN).expect("client");
+    let epoch = admin
+        .switch("new")
+        .await
+        .expect("switch")
+        .epoch()
+        .expect("epoch");
+    let Zk::Ensemble(ensemble) = &stack.zk else {
+        unreachable!()
+    };
+    let killed = tokio::task::block_in_place(|| ensemble.kill_leader());
+    let at = Instant::now();
+    tokio::task::block_in_place(|| ensemble.wait_for_quorum(Duration::from_secs(30)))
+        .expect("the two servers left elect a leader");
+    let new_leader_after = at.elapsed();
+    for n in stack.nodes() {
+        applied(n, epoch, at, Duration::from_secs(30)).await;
+        assert_eq!(n.storage().active_cluster().as_deref(), Some("new"));
+    }
+    let st = converged(&stack.members[0].node).await;
+    assert_eq!(st.epoch, epoch);
+    assert!(st.counts.built >= 12, "6 schema + 6 cursor ledgers: {st:?}");
+    rolled(&stack).await;
+    let reports = stop_traffic(traffic).await;
+    metadata_intact(&stack).await;
+    let failures: u64 = reports.iter().map(|r| r.publish_failures).sum();
+    assert_eq!(
+        failures,
+        0,
+        "first: {:?}",
+        reports.iter().find_map(|r| r.first_publish_error.clone())
+    );
+    assert!(reports.iter().all(|r| r.published > 0), "{reports:?}");
+    // One ACTIVE cluster, the other registered and not ACTIVE.
+    let registry = stack.members[0].node.registry();
+    let active: Vec<_> = registry
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|c| c.status == ClusterStatus::Active)
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(active.len(), 1, "{active:?}");
+    // The killed server rejoins the quorum.
+    tokio::task::block_in_place(|| ensemble.start_again(killed));
+    eprintln!(
+        "ensemble: server {} (the leader) killed after POST /switch; a new leader in \
+         {new_leader_after:?}; published {:?}",
+        killed + 1,
+        reports.iter().map(|r| r.published).collect::<Vec<_>>()
     );
     stack.shutdown().await;
 }

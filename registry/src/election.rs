@@ -22,6 +22,9 @@ struct ElectionState {
     leader: Option<String>,
     is_leader: bool,
     ended: bool,
+    /// The node ids of the live candidates as last read (empty while the
+    /// connection is lost).
+    candidates: Vec<String>,
 }
 
 /// One node's candidacy in the leader election of a registry (see
@@ -112,6 +115,21 @@ impl LeaderElection {
     /// no candidate, while the connection is lost, or after resigning.
     pub fn leader(&self) -> Option<String> {
         self.state.borrow().leader.clone()
+    }
+
+    /// The node ids of every live candidate (this one included) as last read:
+    /// a node whose session ended is gone from it once the election saw its
+    /// candidate node disappear. Empty while the connection is lost or after
+    /// resigning, so an absent id proves a node gone only while
+    /// [`is_leader`](Self::is_leader) holds.
+    pub fn candidates(&self) -> Vec<String> {
+        self.state.borrow().candidates.clone()
+    }
+
+    /// Whether `node_id` is a live candidate as last read (see
+    /// [`candidates`](Self::candidates)).
+    pub fn is_candidate(&self, node_id: &str) -> bool {
+        self.state.borrow().candidates.iter().any(|c| c == node_id)
     }
 
     /// Waits until this candidate leads.
@@ -217,23 +235,40 @@ impl Candidate {
                 }
                 children = store.children(&self.dir).await?;
             }
-            let Some(lowest) = children.iter().filter(|c| c.starts_with("n-")).min() else {
+            let mut live: Vec<&String> = children.iter().filter(|c| c.starts_with("n-")).collect();
+            live.sort();
+            let Some(lowest) = live.first().copied() else {
                 continue;
             };
-            if self.own.as_ref() == Some(lowest) {
-                return Ok(ElectionState {
-                    leader: Some(self.node_id.clone()),
-                    is_leader: true,
-                    ended: false,
-                });
+            // Every candidate's node id; a node gone since the listing is
+            // skipped (the next notification reads the election again).
+            let mut candidates = Vec::with_capacity(live.len());
+            let mut leader = None;
+            for child in &live {
+                if self.own.as_ref() == Some(*child) {
+                    candidates.push(self.node_id.clone());
+                    if *child == lowest {
+                        leader = Some(self.node_id.clone());
+                    }
+                    continue;
+                }
+                if let Some(r) = store.get(&format!("{}/{child}", self.dir)).await? {
+                    let id = String::from_utf8_lossy(&r.value).into_owned();
+                    if *child == lowest {
+                        leader = Some(id.clone());
+                    }
+                    candidates.push(id);
+                }
             }
-            if let Some(r) = store.get(&format!("{}/{lowest}", self.dir)).await? {
-                return Ok(ElectionState {
-                    leader: Some(String::from_utf8_lossy(&r.value).into_owned()),
-                    is_leader: false,
-                    ended: false,
-                });
-            }
+            let Some(leader) = leader else {
+                continue;
+            };
+            return Ok(ElectionState {
+                is_leader: self.own.as_ref() == Some(lowest),
+                leader: Some(leader),
+                ended: false,
+                candidates,
+            });
         }
         Err(RegistryError::Conflict {
             path: self.dir.clone(),
@@ -313,6 +348,7 @@ impl Candidate {
                         state.send_modify(|s| {
                             s.is_leader = false;
                             s.leader = None;
+                            s.candidates.clear();
                         });
                         continue;
                     }
@@ -333,6 +369,7 @@ impl Candidate {
                     state.send_modify(|s| {
                         s.is_leader = false;
                         s.leader = None;
+                        s.candidates.clear();
                     });
                     retry = true;
                 }
@@ -342,6 +379,7 @@ impl Candidate {
             leader: None,
             is_leader: false,
             ended: true,
+            candidates: Vec::new(),
         });
         if let Some(before) = self.pending.take() {
             if let Ok(children) = self.registry.store.children(&self.dir).await {

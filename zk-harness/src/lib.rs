@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod ensemble;
 mod guard;
 
 use std::fmt;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub use ensemble::ZkEnsemble;
 pub use guard::{GuardedIo, GuardedProcess};
 
 /// Classpath used when `ZOOKEEPER_CLASSPATH` is not set: Debian's `zookeeper`
@@ -270,22 +272,7 @@ impl ZkServer {
                 self.port
             )));
         }
-        let mut command = Command::new(java_binary());
-        command
-            .args([
-                "-XX:+UseSerialGC",
-                "-XX:-UsePerfData",
-                "-Xms32m",
-                "-Xmx256m",
-                "-Djava.net.preferIPv4Stack=true",
-                "-Dzookeeper.jmx.log4j.disable=true",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-cp",
-            ])
-            .arg(classpath())
-            .arg(MAIN_CLASS)
-            .arg(self.config_path())
-            .current_dir(self.root.path());
+        let command = jvm_command(&self.config_path(), self.root.path());
         let mut started = GuardedProcess::spawn(
             &command,
             self.root.path(),
@@ -329,6 +316,27 @@ impl Drop for ZkServer {
             running.close();
         }
     }
+}
+
+/// The JVM command line of one ZooKeeper server reading `config`, run in `dir`.
+fn jvm_command(config: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(java_binary());
+    command
+        .args([
+            "-XX:+UseSerialGC",
+            "-XX:-UsePerfData",
+            "-Xms32m",
+            "-Xmx256m",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+        ])
+        .arg(classpath())
+        .arg(MAIN_CLASS)
+        .arg(config)
+        .current_dir(dir);
+    command
 }
 
 fn java_binary() -> String {

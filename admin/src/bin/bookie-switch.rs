@@ -110,6 +110,12 @@ struct ServeArgs {
     /// `memory` (embedded, single process) or `zk://host:port[/chroot]`.
     #[arg(long, default_value = "memory")]
     metadata_store: String,
+    /// ZooKeeper session timeout of the metadata store (Pulsar's
+    /// `metadataStoreSessionTimeoutMillis`): how long after this process
+    /// dies its ephemeral nodes (topic ownership, election candidacy) stay,
+    /// and so how soon the leader takes over a switch it was coordinating.
+    #[arg(long, default_value_t = 30_000)]
+    metadata_store_session_timeout_ms: u64,
     /// REST API address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -274,11 +280,28 @@ async fn wait_for_stop_signal() {
     }
 }
 
+/// Logs to stderr: `RUST_LOG` when set (e.g. `RUST_LOG=debug`), else
+/// warnings, and the switch's progress (info) from the bkswitch crates.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,bkswitch=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 async fn serve(a: ServeArgs) -> ExitCode {
+    init_logging();
     let store: Arc<dyn MetadataStore> = if a.metadata_store == "memory" {
         Arc::new(MemoryStore::new())
     } else if a.metadata_store.starts_with("zk://") {
-        match ZkStore::connect(&a.metadata_store, ZkStoreOptions::default()).await {
+        let options = ZkStoreOptions {
+            session_timeout: Duration::from_millis(a.metadata_store_session_timeout_ms),
+            ..ZkStoreOptions::default()
+        };
+        match ZkStore::connect(&a.metadata_store, options).await {
             Ok(s) => Arc::new(s),
             Err(e) => {
                 eprintln!(

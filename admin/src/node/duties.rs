@@ -24,24 +24,33 @@ pub(super) async fn coordinate(
         };
         tracing::info!(node = %node_id, epoch = duty.epoch, target = %duty.target,
             "coordinating switch");
-        if !run_switch(&node_id, &orchestrator, &duty.epoch.to_string(), &stop).await {
+        if !run_switch(&node_id, &orchestrator, duty.epoch, &stop).await {
             return;
         }
     }
 }
 
-/// Resumes switch `id` until it is coordinated (or fails for good); `false`
-/// when the node stopped meanwhile.
+/// Resumes the switch of the directive `epoch` until it is coordinated (or
+/// fails for good); `false` when the node stopped meanwhile. A rollback's
+/// directive resumes the switch it rolls back (an interrupted rollback is
+/// finished; a finished one returns at once).
 async fn run_switch(
     node_id: &str,
     orchestrator: &Orchestrator,
-    id: &str,
+    epoch: i64,
     stop: &watch::Receiver<bool>,
 ) -> bool {
     let mut delay = Duration::from_millis(100);
     let mut missing = 0;
     loop {
-        match orchestrator.resume(id).await {
+        let resumed = match orchestrator.switch_for_epoch(epoch).await {
+            Ok(Some(id)) => orchestrator.resume(&id).await,
+            Ok(None) => Err(OrchestratorError::NoSuchSwitch {
+                switch_id: epoch.to_string(),
+            }),
+            Err(e) => Err(e),
+        };
+        match resumed {
             // The origin writes the directive, then the switch record: the
             // record may not be there yet. A directive without any record
             // (written by hand, or the origin crashed in between) is left
@@ -51,18 +60,18 @@ async fn run_switch(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok(status) => {
-                tracing::info!(node = %node_id, switch = %id,
+                tracing::info!(node = %node_id, switch = %status.switch_id,
                     phase = %status.phase, "switch coordinated");
                 return true;
             }
             Err(e) if e.is_retryable() => {
-                tracing::warn!(node = %node_id, switch = %id, error = %e,
+                tracing::warn!(node = %node_id, epoch, error = %e,
                     "switch run failed; resuming");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
             Err(e) => {
-                tracing::error!(node = %node_id, switch = %id, error = %e,
+                tracing::error!(node = %node_id, epoch, error = %e,
                     "switch run stopped; an operator must look at it");
                 return true;
             }

@@ -358,6 +358,28 @@ impl Orchestrator {
         self.resume_unfinished().await
     }
 
+    /// The switch a directive of `epoch` belongs to: the switch it started
+    /// (its id is the epoch), or the latest switch when the directive is that
+    /// switch's rollback. `None` while no switch record accounts for it (the
+    /// origin writes the directive first, then the record).
+    ///
+    /// # Errors
+    ///
+    /// Store errors.
+    pub async fn switch_for_epoch(&self, epoch: i64) -> Result<Option<String>> {
+        let id = epoch.to_string();
+        match self.load(&id).await {
+            Ok(_) => return Ok(Some(id)),
+            Err(OrchestratorError::NoSuchSwitch { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let Some(latest) = self.switch_ids().await?.pop() else {
+            return Ok(None);
+        };
+        let (rec, _) = self.load(&latest).await?;
+        Ok((rec.rollback_epoch == Some(epoch)).then_some(latest))
+    }
+
     /// Continues a switch where it stopped
     /// ([I6](bkswitch_docs::invariants::I6)): the same as [`run`](Self::run),
     /// or finishes an interrupted rollback.
