@@ -7,6 +7,7 @@
 # What it does, in order:
 #   1. installs Debian's `zookeeper` package (and its Java runtime) when missing —
 #      the tests start their own ZooKeeper servers on free 127.0.0.1 ports;
+#      and Debian's `prometheus` (server and promtool; the metrics tests use both);
 #   2. installs Maven and a JDK when missing and fetches the BookKeeper jars
 #      (scripts/fetch-java-deps.sh; cached outside the checkout) — the tests
 #      start real bookies and a Java BookKeeper client;
@@ -36,6 +37,13 @@ if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; 
 fi
 test -f /usr/share/java/zookeeper.jar || { echo "zookeeper.jar missing after install" >&2; exit 1; }
 java -version 2>&1 | head -1
+# Prometheus judges the metrics: a test scrapes a node with the real server and
+# runs `promtool check metrics` on the exposition.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+fi
+command -v promtool >/dev/null 2>&1 || { echo "promtool missing after install" >&2; exit 1; }
 
 step "BookKeeper jars"
 if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then

@@ -1,5 +1,5 @@
 //! Operator calls that would strand data or clash are refused, with nothing
-//! written. Registration refuses clusters that cannot exist:
+//! written (on a real ZooKeeper). Registration refuses clusters that cannot exist:
 //! on a node built like `bookie-switch serve` (the standard client factory),
 //! a `memory://` name that is not a cluster of the process and a scheme no
 //! client handles are refused (400) and the registry is left as it was.
@@ -14,15 +14,29 @@ use std::sync::Arc;
 use bkswitch_admin::{standard_client_factory, standard_idgen_source, Node, NodeConfig};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_bookkeeper::ClientConfig;
-use bkswitch_metadata_store::{MemoryStore, MetadataStore};
+use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use common::*;
+
+/// A new session on the shared real ZooKeeper under `chroot`.
+async fn zk(chroot: &str) -> Arc<dyn MetadataStore> {
+    bkswitch_zk_harness::require_zk();
+    let url = format!(
+        "zk://{}{chroot}",
+        bkswitch_zk_harness::shared().connect_string()
+    );
+    Arc::new(
+        ZkStore::connect(&url, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ghost_clusters_and_unknown_schemes_are_refused_with_nothing_written() {
     let memory = MemoryClusters::new();
     memory.get_or_create("old");
     memory.get_or_create("new");
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let store = zk(&bkswitch_zk_harness::unique_chroot()).await;
     let mut cfg = NodeConfig::new(
         "node-1",
         store.clone(),
@@ -76,8 +90,8 @@ async fn ghost_clusters_and_unknown_schemes_are_refused_with_nothing_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
     let clusters = clusters();
-    let store = MemoryStore::new();
-    let node = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let store = zk(&bkswitch_zk_harness::unique_chroot()).await;
+    let node = start("node-1", store.clone(), &clusters).await;
     let ml = node.open_topic("tenant/ns/persistent/t").await.unwrap();
     ml.append(&b"x"[..]).await.unwrap();
     let admin = bkswitch_admin::AdminClient::new(node.url(), ADMIN).unwrap();
@@ -99,7 +113,7 @@ async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
         assert!(std::time::Instant::now() < deadline, "{st:?}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let before = tree(&store).await;
+    let before = tree(store.as_ref()).await;
     for (name, side) in [("new", "target"), ("old", "")] {
         let (code, body) = raw(
             "DELETE",
@@ -111,7 +125,11 @@ async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
         assert_eq!(code, 409, "{name}: {body}");
         let msg = body["error"].as_str().unwrap_or_default().to_owned();
         assert!(msg.contains(name) && msg.contains(side), "{msg}");
-        assert_eq!(tree(&store).await, before, "{name}: nothing written");
+        assert_eq!(
+            tree(store.as_ref()).await,
+            before,
+            "{name}: nothing written"
+        );
     }
     assert!(node.registry().get("new").await.unwrap().is_some());
     node.stop().await;
@@ -123,20 +141,21 @@ async fn neither_side_of_an_unfinished_switch_can_be_unregistered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_owned_by_a_live_node_is_not_taken_over() {
     let clusters = clusters();
-    let store = MemoryStore::new();
-    let n1 = start("node-1", Arc::new(store.new_session()), &clusters).await;
-    let n2 = start("node-2", Arc::new(store.new_session()), &clusters).await;
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let store = zk(&chroot).await;
+    let n1 = start("node-1", store.clone(), &clusters).await;
+    let n2 = start("node-2", zk(&chroot).await, &clusters).await;
     let topic = "tenant/ns/persistent/owned";
     let ml = n1.open_topic(topic).await.unwrap();
     ml.append(&b"one"[..]).await.unwrap();
-    let before = tree(&store).await;
+    let before = tree(store.as_ref()).await;
     let e = n2.open_topic(topic).await.unwrap_err();
     let msg = e.to_string();
     assert!(
         matches!(e, bkswitch_admin::NodeError::TopicOwned { .. }) && msg.contains("node-1"),
         "{msg}"
     );
-    assert_eq!(tree(&store).await, before, "nothing written");
+    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
     // The owner was not fenced: it keeps writing to the same ledger.
     let p = ml.append(&b"two"[..]).await.unwrap();
     assert_eq!(p.ledger_id, ml.current_ledger_id().unwrap());

@@ -29,6 +29,9 @@ pub(crate) struct ClusterState {
     pub(crate) connecting: AtomicBool,
     next_handle: AtomicU64,
     handles: Mutex<HashMap<u64, LedgerId>>,
+    /// Operations on this cluster, while not active, that failed fast:
+    /// timed out after `old_ledger_read_timeout` or found it unreachable.
+    pub(crate) fail_fast: AtomicU64,
 }
 
 impl ClusterState {
@@ -40,6 +43,7 @@ impl ClusterState {
             connecting: AtomicBool::new(false),
             next_handle: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
+            fail_fast: AtomicU64::new(0),
         }
     }
 
@@ -181,19 +185,25 @@ async fn guarded<T>(
     }
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) if e.is_retryable() => Err(locate(e, state, ledger_id)),
+        Ok(Err(e)) if e.is_retryable() => {
+            state.fail_fast.fetch_add(1, Ordering::Relaxed);
+            Err(locate(e, state, ledger_id))
+        }
         Ok(Err(e)) => Err(e),
-        Err(_elapsed) => Err(BkError::new(
-            BkErrorKind::Timeout,
-            format!(
-                "{op} of ledger {ledger_id} on bookie cluster '{}' did not complete within \
+        Err(_elapsed) => Err({
+            state.fail_fast.fetch_add(1, Ordering::Relaxed);
+            BkError::new(
+                BkErrorKind::Timeout,
+                format!(
+                    "{op} of ledger {ledger_id} on bookie cluster '{}' did not complete within \
                  {} ms (old_ledger_read_timeout); the cluster may be down",
-                state.name,
-                timeout.as_millis()
-            ),
-        )
-        .with_cluster(&*state.name)
-        .with_ledger(ledger_id)),
+                    state.name,
+                    timeout.as_millis()
+                ),
+            )
+            .with_cluster(&*state.name)
+            .with_ledger(ledger_id)
+        }),
     }
 }
 

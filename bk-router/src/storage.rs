@@ -136,6 +136,26 @@ impl MultiClusterManagedLedgerStorage {
         self.state.book.lock().active.clone()
     }
 
+    /// Per registered cluster, how many operations on it failed fast while
+    /// it was not the active cluster (timed out after
+    /// [`old_ledger_read_timeout`](Self::old_ledger_read_timeout), or found
+    /// it unreachable): reads of a dead old cluster, as the operator sees
+    /// them.
+    pub fn fail_fast_reads(&self) -> Vec<(String, u64)> {
+        let book = self.state.book.lock();
+        book.clusters
+            .keys()
+            .filter_map(|name| {
+                let slot = self.state.slot_of(&book, name)?;
+                let n = slot
+                    .state
+                    .fail_fast
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                Some((name.clone(), n))
+            })
+            .collect()
+    }
+
     /// The registered clusters, by name, with their URIs.
     pub fn clusters(&self) -> Vec<(String, String)> {
         let reg = self.state.book.lock();

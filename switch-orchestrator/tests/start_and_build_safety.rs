@@ -1,4 +1,4 @@
-//! A switch never destroys what it did not create and never starts what it
+//! On a real ZooKeeper. A switch never destroys what it did not create and never starts what it
 //! cannot finish. BUILD never deletes a target ledger it did not create: a
 //! schema ledger whose id is already taken on the target by a ledger native
 //! to it (another topic's data) is recorded FAILED and stays on the source,
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, LedgerConfig, ReadHandleExt};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
-use bkswitch_metadata_store::{ExpectedVersion, MemoryStore, MetadataStore};
+use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
 use bkswitch_switch_orchestrator::{
     LedgerKind, LedgerState, Orchestrator, OrchestratorConfig, Phase, StaticClients,
 };
@@ -59,9 +59,9 @@ fn schema_ledgers(meta: &std::collections::BTreeMap<String, Vec<u8>>) -> Vec<i64
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_target_ledger_under_a_copied_id_is_never_deleted() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let store = zk_store().await;
     let env = env(store.clone()).await;
     env.populate(2, 2).await;
     let meta = metadata(store.as_ref()).await;
@@ -116,9 +116,9 @@ async fn a_native_target_ledger_under_a_copied_id_is_never_deleted() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_copy_this_switch_created_is_replaced() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let store = zk_store().await;
     let env = env(store.clone()).await;
     env.populate(1, 2).await;
     let meta = metadata(store.as_ref()).await;
@@ -152,9 +152,9 @@ async fn a_partial_copy_this_switch_created_is_replaced() {
 
 /// A switch to a target whose client does not start is refused before the
 /// directive: nothing is written, and a later switch is not "in progress".
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_whose_client_does_not_start_is_refused_before_the_directive() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let store = zk_store().await;
     let env = env(store.clone()).await;
     env.populate(1, 1).await;
     let before = metadata(store.as_ref()).await;

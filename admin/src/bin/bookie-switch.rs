@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_admin::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
+use bkswitch_admin::settings::ServeSettings;
 use bkswitch_admin::wire::BASE_PATH;
 use bkswitch_admin::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, TopicHandle,
@@ -104,30 +105,37 @@ enum BookKeeperKind {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// This node's id (unique among live nodes).
-    #[arg(long, default_value = "node-1")]
-    node_id: String,
-    /// `memory` (embedded, single process) or `zk://host:port[/chroot]`.
-    #[arg(long, default_value = "memory")]
-    metadata_store: String,
-    /// ZooKeeper session timeout of the metadata store (Pulsar's
-    /// `metadataStoreSessionTimeoutMillis`): how long after this process
-    /// dies its ephemeral nodes (topic ownership, election candidacy) stay,
-    /// and so how soon the leader takes over a switch it was coordinating.
-    #[arg(long, default_value_t = 30_000)]
-    metadata_store_session_timeout_ms: u64,
-    /// REST API address.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-    /// The initial cluster's metadata-service URI (Pulsar's
-    /// bookkeeperMetadataServiceUri): a real BookKeeper cluster
+    /// A broker-style `key=value` file with the proposal's keys
+    /// (`bookkeeperMetadataServiceUri`, `migrationConcurrency`, …; the table
+    /// is in the README and in `bkswitch_admin::settings`). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// This node's id, unique among live nodes [`bkswitchNodeId`, node-1].
+    #[arg(long)]
+    node_id: Option<String>,
+    /// `memory` (embedded, single process) or `zk://host:port[/chroot]`
+    /// [`metadataStoreUrl`, memory].
+    #[arg(long)]
+    metadata_store: Option<String>,
+    /// ZooKeeper session timeout of the metadata store: how long after this
+    /// process dies its ephemeral nodes (topic ownership, election candidacy)
+    /// stay, and so how soon the leader takes over a switch it was
+    /// coordinating [`metadataStoreSessionTimeoutMillis`, 30000].
+    #[arg(long)]
+    metadata_store_session_timeout_ms: Option<u64>,
+    /// REST API and `/metrics` address [`bkswitchListenAddress`,
+    /// 127.0.0.1:8080].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// The initial cluster's metadata-service URI: a real BookKeeper cluster
     /// (`zk+hierarchical://host:port/ledgers`, also `zk://`,
     /// `zk+longhierarchical://`), or `memory://<name>` for a cluster living in
     /// this process. Later clusters are registered by their URI through the
-    /// REST API.
-    #[arg(long, default_value = "memory://old")]
-    bookkeeper_uri: String,
-    /// Name hint of the initial cluster (`currentClusterName`).
+    /// REST API [`bookkeeperMetadataServiceUri`, memory://old].
+    #[arg(long)]
+    bookkeeper_uri: Option<String>,
+    /// Name hint of the initial cluster
+    /// [`bookieClusterSwitch.currentClusterName`].
     #[arg(long)]
     cluster_name: Option<String>,
     /// In-memory bookie clusters to create in this process (comma separated),
@@ -136,15 +144,19 @@ struct ServeArgs {
     /// advanced for a switch).
     #[arg(long, value_delimiter = ',', default_value = "old,new")]
     memory_clusters: Vec<String>,
-    /// Registry root in the metadata store.
-    #[arg(long, default_value = bkswitch_registry::DEFAULT_ROOT)]
-    registry_root: String,
+    /// Registry root in the metadata store [`bookieClusterConfigPath`,
+    /// /bookie-clusters].
+    #[arg(long)]
+    registry_root: Option<String>,
     /// Bearer token of the admin endpoints.
     #[arg(long, env = "BKSWITCH_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: String,
     /// Bearer token of the node-to-node endpoints.
     #[arg(long, env = "BKSWITCH_INTERNAL_TOKEN", hide_env_values = true)]
     internal_token: String,
+    /// Bearer token `GET /metrics` requires (none by default, as in Pulsar).
+    #[arg(long, env = "BKSWITCH_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
     /// Topics this node owns (comma separated); each gets a producer and a
     /// consumer when `--rate` is set.
     #[arg(long, value_delimiter = ',')]
@@ -152,18 +164,89 @@ struct ServeArgs {
     /// Publishes per second per owned topic (0: no traffic generator).
     #[arg(long, default_value_t = 0)]
     rate: u32,
-    /// Topics rolled over per second after a switch (0: natural rollover only).
-    #[arg(long, default_value_t = 100)]
-    forced_rollover_rate: u32,
-    /// Bound on reads of ledgers on non-active clusters, ms.
-    #[arg(long, default_value_t = 5000)]
-    old_ledger_read_timeout_ms: u64,
+    /// Topics rolled over per second after a switch, 0: natural rollover only
+    /// [`bkswitchForcedRolloverRate`, 100].
+    #[arg(long)]
+    forced_rollover_rate: Option<u32>,
+    /// Bound on operations on non-active clusters, ms
+    /// [`oldLedgerReadTimeoutMs`, 5000].
+    #[arg(long)]
+    old_ledger_read_timeout_ms: Option<u64>,
+    /// Ledgers copied or promoted at once [`migrationConcurrency`, 16].
+    #[arg(long)]
+    migration_concurrency: Option<usize>,
+    /// How long a switch can be rolled back, hours [`rollbackWindowHours`, 24].
+    #[arg(long)]
+    rollback_window_hours: Option<u64>,
+    /// Days after SWITCHED when the coordinator runs CLEANUP by itself, 0:
+    /// never [`bookieClusterDualReadTimeoutDays`, 15].
+    #[arg(long)]
+    dual_read_timeout_days: Option<u64>,
     /// Lab only: do not refuse a switch or rollback whose idgen precheck
     /// fails. In-memory clusters live inside this process, where an operator
     /// cannot advance their id generators between hops (a rollback after a
-    /// switch to the next `--memory-clusters` entry is refused without it).
+    /// switch to the next `--memory-clusters` entry is refused without it)
+    /// [`bookieClusterSwitchSkipIdgenPrecheck`, false].
     #[arg(long)]
     skip_idgen_precheck: bool,
+}
+
+impl ServeArgs {
+    /// The defaults, then `--config`, then the flags given.
+    fn settings(&self) -> Result<ServeSettings, String> {
+        let mut s = ServeSettings::default();
+        if let Some(path) = &self.config {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the configuration file `{shown}`: {e}"))?;
+            for w in s.apply_file(&shown, &text).map_err(|e| e.to_string())? {
+                eprintln!("bookie-switch serve: warning: {w}");
+            }
+        }
+        if let Some(v) = &self.node_id {
+            s.node_id.clone_from(v);
+        }
+        if let Some(v) = &self.metadata_store {
+            s.metadata_store.clone_from(v);
+        }
+        if let Some(v) = self.metadata_store_session_timeout_ms {
+            s.session_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = self.listen {
+            s.listen = v;
+        }
+        if let Some(v) = &self.bookkeeper_uri {
+            s.bookkeeper_uri.clone_from(v);
+        }
+        if let Some(v) = &self.cluster_name {
+            s.cluster_name = Some(v.clone());
+        }
+        if let Some(v) = &self.registry_root {
+            s.registry_root.clone_from(v);
+        }
+        if let Some(v) = self.forced_rollover_rate {
+            s.forced_rollover_rate = v;
+        }
+        if let Some(v) = self.old_ledger_read_timeout_ms {
+            s.old_ledger_read_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = self.migration_concurrency {
+            if v == 0 {
+                return Err("--migration-concurrency must be at least 1".to_owned());
+            }
+            s.migration_concurrency = v;
+        }
+        if let Some(v) = self.rollback_window_hours {
+            s.rollback_window = Duration::from_secs(v.saturating_mul(3600));
+        }
+        if let Some(v) = self.dual_read_timeout_days {
+            s.dual_read_timeout = (v > 0).then(|| Duration::from_secs(v.saturating_mul(86_400)));
+        }
+        if self.skip_idgen_precheck {
+            s.skip_idgen_precheck = true;
+        }
+        Ok(s)
+    }
 }
 
 fn main() -> ExitCode {
@@ -294,19 +377,26 @@ fn init_logging() {
 
 async fn serve(a: ServeArgs) -> ExitCode {
     init_logging();
-    let store: Arc<dyn MetadataStore> = if a.metadata_store == "memory" {
+    let s = match a.settings() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bookie-switch serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let store: Arc<dyn MetadataStore> = if s.metadata_store == "memory" {
         Arc::new(MemoryStore::new())
-    } else if a.metadata_store.starts_with("zk://") {
+    } else if s.metadata_store.starts_with("zk://") {
         let options = ZkStoreOptions {
-            session_timeout: Duration::from_millis(a.metadata_store_session_timeout_ms),
+            session_timeout: s.session_timeout,
             ..ZkStoreOptions::default()
         };
-        match ZkStore::connect(&a.metadata_store, options).await {
-            Ok(s) => Arc::new(s),
+        match ZkStore::connect(&s.metadata_store, options).await {
+            Ok(st) => Arc::new(st),
             Err(e) => {
                 eprintln!(
                     "bookie-switch serve: cannot connect to {}: {e}",
-                    a.metadata_store
+                    s.metadata_store
                 );
                 return ExitCode::FAILURE;
             }
@@ -314,7 +404,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
     } else {
         eprintln!(
             "bookie-switch serve: --metadata-store must be 'memory' or 'zk://host:port[/chroot]', got '{}'",
-            a.metadata_store
+            s.metadata_store
         );
         return ExitCode::from(2);
     };
@@ -337,23 +427,27 @@ async fn serve(a: ServeArgs) -> ExitCode {
         }
     }
     let mut cfg = NodeConfig::new(
-        &a.node_id,
+        &s.node_id,
         store,
         standard_client_factory(clusters.clone(), ClientConfig::default()),
-        &a.bookkeeper_uri,
+        &s.bookkeeper_uri,
         &a.admin_token,
         &a.internal_token,
     );
-    cfg.listen = a.listen;
-    cfg.cluster_name = a.cluster_name;
-    cfg.registry_root = a.registry_root;
+    cfg.listen = s.listen;
+    cfg.cluster_name = s.cluster_name.clone();
+    cfg.registry_root = s.registry_root.clone();
     cfg.idgen = Some(standard_idgen_source(clusters));
-    cfg.forced_rollover_rate = (a.forced_rollover_rate > 0).then_some(a.forced_rollover_rate);
-    cfg.old_ledger_read_timeout = Duration::from_millis(a.old_ledger_read_timeout_ms);
+    cfg.forced_rollover_rate = (s.forced_rollover_rate > 0).then_some(s.forced_rollover_rate);
+    cfg.old_ledger_read_timeout = s.old_ledger_read_timeout;
+    cfg.metrics_token = a.metrics_token.clone().filter(|t| !t.is_empty());
     cfg.orchestrator = cfg
         .orchestrator
         .clone()
-        .with_skip_idgen_precheck(a.skip_idgen_precheck);
+        .with_skip_idgen_precheck(s.skip_idgen_precheck)
+        .with_migration_concurrency(s.migration_concurrency)
+        .with_rollback_window(s.rollback_window)
+        .with_dual_read_timeout(s.dual_read_timeout);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {

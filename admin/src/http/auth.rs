@@ -26,6 +26,14 @@ impl Token {
         }
     }
 
+    /// The token of `GET /metrics`, when one is configured.
+    pub(super) fn metrics(token: &str) -> Token {
+        Token {
+            expected: token.into(),
+            refusal: "missing or wrong metrics token: send 'Authorization: Bearer <metrics token>'",
+        }
+    }
+
     /// The node-to-node token of `/internal/*`.
     pub(super) fn internal(token: &str) -> Token {
         Token {

@@ -82,6 +82,8 @@ pub(super) async fn switch(
         .orchestrator()
         .start_switch(&body.target, Some(node.node_id()))
         .await?;
+    node.metrics()
+        .switch_event(crate::metrics::SwitchEvent::Started);
     Ok(Json(SwitchStatus::from(status)).into_response())
 }
 
@@ -165,6 +167,10 @@ pub(super) async fn close_client(
 pub(super) async fn rollback(Live(node): Live) -> ApiResult<Response> {
     let id = current_switch(&node).await?;
     let status = node.orchestrator().rollback(&id).await?;
+    if status.phase == bkswitch_switch_orchestrator::Phase::RolledBack {
+        node.metrics()
+            .switch_event(crate::metrics::SwitchEvent::RolledBack);
+    }
     Ok(Json(SwitchStatus::from(status)).into_response())
 }
 
@@ -175,4 +181,24 @@ pub(super) async fn promote_cursor(
 ) -> ApiResult<Response> {
     let outcome = node.serve_cursor_promotion(&body.into()).await?;
     Ok(Json(PromoteCursorResponse::from(outcome)).into_response())
+}
+
+/// `GET /metrics`: every metric, in OpenMetrics when the client asks for it
+/// (Prometheus does), else in the classic Prometheus text format.
+pub(super) async fn metrics(Live(node): Live, headers: axum::http::HeaderMap) -> Response {
+    let body = crate::metrics::render(&node).await;
+    let openmetrics = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let (content_type, body) = if openmetrics {
+        (crate::metrics::CONTENT_TYPE, body)
+    } else {
+        (
+            crate::metrics::TEXT_CONTENT_TYPE,
+            crate::metrics::to_prometheus_text(&body),
+        )
+    };
+    ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }

@@ -3,7 +3,8 @@
 //! types.
 //!
 //! Every endpoint needs a bearer token: the admin token for the public ones,
-//! the node-to-node token for `/internal/*` (`auth.rs`). Request bodies are
+//! the node-to-node token for `/internal/*` (`auth.rs`); `GET /metrics` only
+//! when a metrics token is configured. Request bodies are
 //! limited to [`MAX_BODY_BYTES`] and unknown JSON fields are rejected
 //! (`extract.rs`). Every 4xx answer is given before anything is written to the
 //! metadata store (`handlers.rs`); `error.rs` maps every library error onto
@@ -28,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::node::Node;
-use crate::wire::{BASE_PATH, MAX_BODY_BYTES};
+use crate::wire::{BASE_PATH, MAX_BODY_BYTES, METRICS_PATH};
 use auth::{require_token, Token};
 use handlers::*;
 
@@ -82,8 +83,18 @@ fn router(node: &Node) -> Router {
             Token::internal(&config.internal_token),
             require_token,
         ));
+    // `GET /metrics` (outside the API's base path, where Prometheus looks)
+    // needs no token unless one is configured, as in Pulsar.
+    let mut metrics = Router::new().route(METRICS_PATH, get(metrics));
+    if let Some(token) = &config.metrics_token {
+        metrics = metrics.route_layer(middleware::from_fn_with_state(
+            Token::metrics(token),
+            require_token,
+        ));
+    }
     internal
         .merge(public)
+        .merge(metrics)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(node.downgrade())
 }

@@ -56,6 +56,9 @@ pub struct NodeConfig {
     pub forced_rollover_rate: Option<u32>,
     /// `oldLedgerReadTimeoutMs`.
     pub old_ledger_read_timeout: Duration,
+    /// The bearer token `GET /metrics` requires; `None` (the default): none,
+    /// as Pulsar serves its metrics.
+    pub metrics_token: Option<String>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -131,6 +134,7 @@ impl NodeConfig {
             schema_options: SchemaStorageOptions::default(),
             forced_rollover_rate: Some(100),
             old_ledger_read_timeout: Duration::from_millis(5000),
+            metrics_token: None,
         }
     }
 }

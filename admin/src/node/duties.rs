@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_bk_router::CoordinatorDuty;
-use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator, OrchestratorError};
+use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator, OrchestratorError, Phase};
+
+use crate::metrics::{NodeMetrics, SwitchEvent};
 use tokio::sync::{mpsc, watch};
 
 /// Runs the orchestrator for every duty the registry sync hands this node
@@ -14,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 pub(super) async fn coordinate(
     node_id: String,
     orchestrator: Orchestrator,
+    metrics: Arc<NodeMetrics>,
     mut duties: mpsc::UnboundedReceiver<CoordinatorDuty>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -24,7 +27,7 @@ pub(super) async fn coordinate(
         };
         tracing::info!(node = %node_id, epoch = duty.epoch, target = %duty.target,
             "coordinating switch");
-        if !run_switch(&node_id, &orchestrator, duty.epoch, &stop).await {
+        if !run_switch(&node_id, &orchestrator, &metrics, duty.epoch, &stop).await {
             return;
         }
     }
@@ -37,6 +40,7 @@ pub(super) async fn coordinate(
 async fn run_switch(
     node_id: &str,
     orchestrator: &Orchestrator,
+    metrics: &NodeMetrics,
     epoch: i64,
     stop: &watch::Receiver<bool>,
 ) -> bool {
@@ -62,6 +66,11 @@ async fn run_switch(
             Ok(status) => {
                 tracing::info!(node = %node_id, switch = %status.switch_id,
                     phase = %status.phase, "switch coordinated");
+                // A forward switch brought to SWITCHED by this run (a
+                // finished rollback is counted where it ran).
+                if status.epoch == epoch && status.phase == Phase::Switched {
+                    metrics.switch_event(SwitchEvent::Succeeded);
+                }
                 return true;
             }
             Err(e) if e.is_retryable() => {
@@ -73,6 +82,7 @@ async fn run_switch(
             Err(e) => {
                 tracing::error!(node = %node_id, epoch, error = %e,
                     "switch run stopped; an operator must look at it");
+                metrics.switch_event(SwitchEvent::Failed);
                 return true;
             }
         }
@@ -105,5 +115,33 @@ pub(super) async fn roll_after_switch(
         let report = topics.force_rollover(rate).await;
         tracing::info!(node = %node_id, epoch, ?report,
             "forced rollover after the switch");
+    }
+}
+
+/// Every `interval`, while this node leads the election, runs one pass of
+/// the automatic cleanup ([`Orchestrator::auto_cleanup`]: after the
+/// dual-read timeout, never inside the rollback window).
+pub(super) async fn clean_up_by_itself(
+    node: crate::node::WeakNode,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let Some(node) = node.upgrade() else { return };
+        if !node.sync().is_leader() {
+            continue;
+        }
+        match node.orchestrator().auto_cleanup().await {
+            Ok(Some(report)) => tracing::info!(node = %node.node_id(),
+                deleted = report.targets.len(), remaining = report.remaining,
+                phase = %report.phase, "automatic cleanup pass"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(node = %node.node_id(), error = %e,
+                "automatic cleanup pass failed; retried at the next interval"),
+        }
     }
 }

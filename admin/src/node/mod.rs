@@ -68,6 +68,7 @@ struct NodeInner {
     url: String,
     /// Cursor promotions this node executed for a coordinator over HTTP.
     promotions_served: AtomicU64,
+    metrics: Arc<crate::metrics::NodeMetrics>,
     tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
     stop: watch::Sender<bool>,
 }
@@ -152,6 +153,12 @@ impl Node {
     /// The registry sync (applied epoch, metrics).
     pub fn sync(&self) -> &RegistrySync {
         &self.inner.sync
+    }
+
+    /// This node's long-lived metrics (ledger operations per cluster, switch
+    /// events); [`crate::metrics::render`] adds the rest at scrape time.
+    pub fn metrics(&self) -> &crate::metrics::NodeMetrics {
+        &self.inner.metrics
     }
 
     /// The coordinator of this node.

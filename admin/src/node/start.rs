@@ -7,6 +7,7 @@
 //! (`mod.rs`) free of any import of the HTTP layer, so the two do not depend on
 //! each other.
 
+use crate::metrics::{metered, NodeMetrics};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::duties::{coordinate, roll_after_switch};
+use super::duties::{clean_up_by_itself, coordinate, roll_after_switch};
 use super::ownership::NodeOwners;
 use super::{Node, NodeConfig, NodeError, NodeInner};
 
@@ -30,8 +31,10 @@ impl Node {
     /// # Errors
     ///
     /// [`NodeError`] naming what could not start; nothing is left running.
-    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+    pub async fn start(mut config: NodeConfig) -> Result<Node, NodeError> {
         check(&config)?;
+        let metrics = Arc::new(NodeMetrics::default());
+        config.client_factory = metered(config.client_factory.clone(), metrics.clone());
         let registry = Registry::with_root(config.store.clone(), &config.registry_root)?;
         let storage = start_storage(&config).await?;
         let sync = RegistrySync::start(storage.clone(), registry.clone(), &config.node_id).await?;
@@ -72,6 +75,7 @@ impl Node {
                 schemas,
                 url,
                 promotions_served: AtomicU64::new(0),
+                metrics,
                 tasks: parking_lot::Mutex::new(Vec::new()),
                 stop,
             }),
@@ -95,7 +99,15 @@ impl Node {
             tasks.push(tokio::spawn(coordinate(
                 node_id.clone(),
                 inner.orchestrator.clone(),
+                inner.metrics.clone(),
                 duties,
+                stop.clone(),
+            )));
+        }
+        if inner.config.orchestrator.dual_read_timeout.is_some() {
+            tasks.push(tokio::spawn(clean_up_by_itself(
+                self.downgrade(),
+                inner.config.orchestrator.auto_cleanup_interval,
                 stop.clone(),
             )));
         }

@@ -52,6 +52,10 @@ pub use status::{NodeStatus, SwitchFailure, SwitchStatus};
 /// The path every endpoint lives under.
 pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";
 
+/// Where a node serves its metrics (Prometheus text format), outside
+/// [`BASE_PATH`].
+pub const METRICS_PATH: &str = "/metrics";
+
 /// The largest request body the server accepts (a larger one is refused with
 /// 400 `INVALID_ARGUMENT`).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

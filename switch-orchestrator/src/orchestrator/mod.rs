@@ -28,7 +28,7 @@ use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, SwitchRecord, SwitchStatus,
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, Phase, SwitchRecord, SwitchStatus,
 };
 use crate::owners::{ClusterClients, TopicOwners};
 use crate::usage::{usage, ClusterUsage};
@@ -89,6 +89,15 @@ pub struct OrchestratorConfig {
     /// [`OrchestratorError::NotConverged`] (ledgers keep appearing on the source
     /// until every node applied the switch).
     pub max_passes: usize,
+    /// How long after SWITCHED (or after a rollback) the old copies stay
+    /// before [`Orchestrator::auto_cleanup`] deletes them
+    /// (`bookieClusterDualReadTimeoutDays`, 15 days; `None`: never). Separate
+    /// from, and never shorter in effect than, the rollback window.
+    pub dual_read_timeout: Option<Duration>,
+    /// Deletions per [`Orchestrator::auto_cleanup`] pass (100).
+    pub auto_cleanup_max_deletions: usize,
+    /// How often a coordinator looks for a switch to clean up by itself (60 s).
+    pub auto_cleanup_interval: Duration,
 }
 
 impl Default for OrchestratorConfig {
@@ -108,6 +117,9 @@ impl Default for OrchestratorConfig {
             promote_attempts: 10,
             promote_retry_delay: Duration::from_millis(200),
             max_passes: 10,
+            dual_read_timeout: Some(Duration::from_secs(15 * 24 * 3600)),
+            auto_cleanup_max_deletions: 100,
+            auto_cleanup_interval: Duration::from_secs(60),
         }
     }
 }
@@ -128,6 +140,20 @@ impl OrchestratorConfig {
     /// Skips the idgen precheck (lab only).
     pub fn with_skip_idgen_precheck(mut self, skip: bool) -> Self {
         self.skip_idgen_precheck = skip;
+        self
+    }
+
+    /// Sets the dual-read timeout after which CLEANUP runs by itself
+    /// (`None`: never).
+    pub fn with_dual_read_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.dual_read_timeout = timeout;
+        self
+    }
+
+    /// Sets how often, and how much per pass, the automatic cleanup works.
+    pub fn with_auto_cleanup(mut self, interval: Duration, max_deletions: usize) -> Self {
+        self.auto_cleanup_interval = interval;
+        self.auto_cleanup_max_deletions = max_deletions.max(1);
         self
     }
 
@@ -434,6 +460,60 @@ impl Orchestrator {
             return self.clean_up(switch_id, opts).await;
         }
         self.leased(switch_id, self.clean_up(switch_id, opts)).await
+    }
+
+    /// The automatic CLEANUP ([design §3](bkswitch_docs::design),
+    /// `bookieClusterDualReadTimeoutDays`): when the latest switch is
+    /// SWITCHED (or in CLEANUP) and its dual-read timeout has passed since
+    /// SWITCHED — or it is ROLLED_BACK and the timeout has passed since the
+    /// rollback — runs one [`cleanup`](Self::cleanup) pass of at most
+    /// `auto_cleanup_max_deletions` deletions, with the manual cleanup's
+    /// guards: never inside the rollback window (it never forces), and every
+    /// copy re-checked as unreferenced before it is deleted. A coordinator
+    /// calls it every `auto_cleanup_interval`; later passes continue.
+    /// `Ok(None)` when there is nothing to do yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`cleanup`](Self::cleanup).
+    pub async fn auto_cleanup(&self) -> Result<Option<CleanupReport>> {
+        let Some(timeout) = self.inner.config.dual_read_timeout else {
+            return Ok(None);
+        };
+        let Some(id) = self.switch_ids().await?.pop() else {
+            return Ok(None);
+        };
+        let (rec, _) = self.load(&id).await?;
+        let since = match rec.phase {
+            Phase::Switched | Phase::Cleanup => rec.switched_at,
+            // The rollback's completion is the record's last update.
+            Phase::RolledBack => Some(rec.updated_at),
+            _ => None,
+        };
+        let Some(since) = since else {
+            return Ok(None);
+        };
+        let now = now_ms();
+        let window_open = rec
+            .rollback_deadline
+            .is_some_and(|deadline| now < deadline && !rec.cleanup_started);
+        if now < window_end(since, timeout) || window_open {
+            return Ok(None);
+        }
+        tracing::info!(switch_id = %id, phase = %rec.phase,
+            "dual-read timeout passed: cleaning up by itself");
+        let report = self
+            .cleanup(
+                &id,
+                CleanupOptions {
+                    dry_run: false,
+                    src_cluster_filter: None,
+                    max_deletions: Some(self.inner.config.auto_cleanup_max_deletions),
+                    force: false,
+                },
+            )
+            .await?;
+        Ok(Some(report))
     }
 
     /// Rolls a switch back inside its window and before cleanup deleted

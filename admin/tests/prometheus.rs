@@ -1,0 +1,269 @@
+//! The metrics, judged by Prometheus itself: Debian's `prometheus` server
+//! scrapes a `bookie-switch serve` process on loopback every 200 ms while a
+//! switch runs, and its HTTP API then finds the switch's counters, the
+//! ledger operations per cluster and the active-cluster change; `promtool
+//! check metrics` accepts the exposition. `scripts/test.sh` installs the
+//! package when it is missing.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::AdminClient;
+use bkswitch_registry::ClusterStatus;
+use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The first sample's value of an instant query, if any.
+async fn query(prometheus: &str, promql: &str) -> Option<f64> {
+    let url = format!(
+        "{prometheus}/api/v1/query?query={}",
+        promql
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    );
+    let (code, body) = raw("GET", &url, None, None).await;
+    assert_eq!(code, 200, "{promql}: {body}");
+    let v = body["data"]["result"].get(0)?["value"][1].as_str()?;
+    v.parse().ok()
+}
+
+/// Waits until `promql` has a first sample satisfying `ok`.
+async fn until(prometheus: &str, promql: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = query(prometheus, promql).await {
+            if ok(v) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never answered `{promql}` as expected (last: {:?})",
+            query(prometheus, promql).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_a_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let node_url = format!("http://127.0.0.1:{port}");
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--cluster-name",
+        "old",
+        "--topics",
+        "tenant/ns/persistent/m1,tenant/ns/persistent/m2",
+        "--rate",
+        "20",
+    ])
+    .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+    .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
+    let serve_dir = dir.path().join("serve");
+    std::fs::create_dir_all(&serve_dir).unwrap();
+    let serve_log = serve_dir.join("serve.log");
+    let mut serve =
+        GuardedProcess::spawn(&cmd, &serve_dir, &serve_log, GuardedIo::Log, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&serve_log)
+        .unwrap_or_default()
+        .contains(" serving http://")
+    {
+        assert!(serve.is_running(), "serve exited");
+        assert!(Instant::now() < deadline, "serve did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The exposition itself: no token needed, and promtool accepts it (the
+    // classic text format, served to clients that do not ask for
+    // OpenMetrics; Prometheus asks for OpenMetrics and gets it).
+    let (code, text) = raw("GET", &format!("{node_url}/metrics"), None, None).await;
+    assert_eq!(code, 200);
+    let text = text.as_str().unwrap_or_default().to_owned();
+    for name in [
+        "bkswitch_active_cluster{cluster=\"old\"} 1",
+        "migration_ledger_id_conflict_total 0",
+        "bkswitch_ledger_op_duration_seconds_bucket{",
+        "bkswitch_directives_applied_total",
+        "bkswitch_read_mode{mode=",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/test.sh installs Debian's `prometheus`)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The real server, scraping every 200 ms.
+    let prom_port = free_port();
+    let prometheus = format!("http://127.0.0.1:{prom_port}");
+    let prom_dir = dir.path().join("prometheus");
+    std::fs::create_dir_all(prom_dir.join("data")).unwrap();
+    let config = prom_dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 190ms\n\
+             scrape_configs:\n  - job_name: bkswitch\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("prometheus");
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            prom_dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"));
+    let prom_log = prom_dir.join("prometheus.log");
+    let mut prom =
+        GuardedProcess::spawn(&cmd, &prom_dir, &prom_log, GuardedIo::Log, false).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            prom.is_running(),
+            "prometheus exited:\n{}",
+            std::fs::read_to_string(&prom_log).unwrap_or_default()
+        );
+        let listening = tokio::net::TcpStream::connect(("127.0.0.1", prom_port))
+            .await
+            .is_ok();
+        if listening {
+            let ready = tokio::time::timeout(
+                Duration::from_secs(2),
+                raw("GET", &format!("{prometheus}/-/ready"), None, None),
+            )
+            .await;
+            if matches!(ready, Ok((200, _))) {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "prometheus not ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    until(&prometheus, "up{job=\"bkswitch\"}", |v| v == 1.0).await;
+    until(
+        &prometheus,
+        "bkswitch_active_cluster{cluster=\"old\"}",
+        |v| v == 1.0,
+    )
+    .await;
+
+    // A switch through REST.
+    let admin = AdminClient::new(&node_url, ADMIN).unwrap();
+    admin
+        .register("new", "memory://new", Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    admin.switch("new").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = admin.status().await.unwrap();
+        if st.switch().is_some_and(|s| s.is_settled()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", st.raw());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // What Prometheus saw.
+    until(
+        &prometheus,
+        "bkswitch_active_cluster{cluster=\"new\"}",
+        |v| v == 1.0,
+    )
+    .await;
+    assert_eq!(
+        query(&prometheus, "bkswitch_active_cluster{cluster=\"old\"}").await,
+        Some(0.0)
+    );
+    assert_eq!(
+        query(
+            &prometheus,
+            "max_over_time(bkswitch_active_cluster{cluster=\"old\"}[10m])"
+        )
+        .await,
+        Some(1.0),
+        "the change is in the series: `old` was active before"
+    );
+    for (promql, at_least) in [
+        ("bkswitch_switch_events_total{event=\"started\"}", 1.0),
+        ("bkswitch_switch_events_total{event=\"succeeded\"}", 1.0),
+        ("bkswitch_directives_applied_total", 1.0),
+        ("bkswitch_coordinator_duties_total", 1.0),
+        ("bkswitch_epoch", 1.0),
+        ("bkswitch_switch_phase{phase=\"SWITCHED\"}", 1.0),
+        ("bkswitch_switch_ledgers{state=\"built\"}", 2.0),
+        ("bkswitch_ledgers_copied_total", 2.0),
+        (
+            "bkswitch_ledger_op_duration_seconds_count{cluster=\"new\",op=\"add\"}",
+            1.0,
+        ),
+        (
+            "bkswitch_ledger_op_duration_seconds_count{cluster=\"old\",op=\"add\"}",
+            1.0,
+        ),
+        (
+            "bkswitch_ledger_op_duration_seconds_count{cluster=\"new\",op=\"create\"}",
+            1.0,
+        ),
+    ] {
+        until(&prometheus, promql, |v| v >= at_least).await;
+    }
+    assert_eq!(
+        query(&prometheus, "migration_ledger_id_conflict_total").await,
+        Some(0.0)
+    );
+    assert_eq!(
+        query(
+            &prometheus,
+            "bkswitch_switch_events_total{event=\"failed\"}"
+        )
+        .await,
+        None,
+        "nothing failed"
+    );
+    prom.close();
+    assert!(serve.terminate());
+    serve.close();
+}
