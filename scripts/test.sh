@@ -71,6 +71,23 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # run that builds every crate once, and real bookies turn read-only when the
 # disk fills up.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The cache folder outlives each run: every changed test binary leaves its
+# previous build behind (hundreds of MB each with debug info), which once
+# filled the disk. Keep the newest build of each binary, and no incremental
+# caches from builds made by hand.
+prune_cache() {
+  local profile dir
+  for profile in debug release; do
+    dir="$CARGO_TARGET_DIR/$profile/deps"
+    [ -d "$dir" ] || continue
+    rm -rf "$CARGO_TARGET_DIR/$profile/incremental"
+    find "$dir" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -printf '%T@ %f\n' \
+      | sort -rn \
+      | awk '{ n = $2; sub(/-[0-9a-f]+$/, "", n); if (seen[n]++) print $2 }' \
+      | while read -r f; do rm -f "$dir/$f"; done
+  done
+}
+prune_cache
 # ZooKeeper-backed tests must run, never skip: the harness panics if it cannot
 # start a server.
 export BKSWITCH_REQUIRE_ZK=1

@@ -160,3 +160,54 @@ async fn cleanup_never_runs_by_itself_inside_the_rollback_window() {
     );
     node.stop().await;
 }
+
+/// After a rollback, the target's copies are deleted by themselves once the
+/// dual-read timeout has passed since the rollback and the rollback window
+/// has closed; the stamps stay on the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_switch_loses_its_target_copies_by_itself() {
+    let (node, clusters) = node(Duration::from_secs(2), Duration::from_secs(1)).await;
+    switched(&node).await;
+    // The reverse idgen step, for the rollback.
+    clusters
+        .get("old")
+        .unwrap()
+        .advance_ledger_id_to(2_000_000)
+        .unwrap();
+    let id = node
+        .orchestrator()
+        .current_status()
+        .await
+        .unwrap()
+        .unwrap()
+        .switch_id;
+    let admin = AdminClient::new(node.url(), ADMIN).unwrap();
+    let rolled = admin.rollback().await.unwrap();
+    assert_eq!(
+        rolled.phase_name(),
+        Some("ROLLED_BACK"),
+        "{:?}",
+        rolled.raw()
+    );
+    let copies = node.orchestrator().cleanup_targets(&id).await.unwrap();
+    assert!(copies.len() >= 6, "{copies:?}");
+    assert!(copies.iter().all(|t| t.cluster == "new"), "{copies:?}");
+    let new = clusters.get("new").unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(copies.iter().all(|t| new.contains_ledger(t.ledger_id)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = node.orchestrator().current_status().await.unwrap().unwrap();
+        if st.phase == Phase::Done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(copies.iter().all(|t| !new.contains_ledger(t.ledger_id)));
+    assert_eq!(
+        node.registry().active().await.unwrap().as_deref(),
+        Some("old")
+    );
+    node.stop().await;
+}

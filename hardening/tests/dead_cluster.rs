@@ -190,6 +190,22 @@ async fn scenario_a(mode: UnavailableMode) {
         assert!(bk.is_retryable(), "{err}");
         eprintln!("{mode:?}: {name}: old read failed in {elapsed:?}: {err}");
     }
+    // The operator sees them: node-2 counts its fail-fast operations on
+    // `old`, and exports them.
+    let fail_fast = nodes[1]
+        .storage()
+        .fail_fast_reads()
+        .into_iter()
+        .find(|(c, _)| c == "old")
+        .map_or(0, |(_, n)| n);
+    assert!(fail_fast >= names.len() as u64, "{mode:?}: {fail_fast}");
+    let text = bkswitch_admin::metrics::render(&nodes[1]).await;
+    let exported: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bkswitch_fail_fast_reads_total{cluster=\"old\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no fail-fast counter for `old`:\n{text}"));
+    assert!(exported >= fail_fast, "{exported} < {fail_fast}");
 
     // Publishing continues on node-2, on `new`.
     let handles: Vec<TopicHandle> = names

@@ -464,9 +464,9 @@ impl Orchestrator {
 
     /// The automatic CLEANUP ([design §3](bkswitch_docs::design),
     /// `bookieClusterDualReadTimeoutDays`): when the latest switch is
-    /// SWITCHED (or in CLEANUP) and its dual-read timeout has passed since
-    /// SWITCHED — or it is ROLLED_BACK and the timeout has passed since the
-    /// rollback — runs one [`cleanup`](Self::cleanup) pass of at most
+    /// SWITCHED and its dual-read timeout has passed since SWITCHED — or it is
+    /// ROLLED_BACK and the timeout has passed since the rollback, or a
+    /// cleanup already started (CLEANUP) — runs one [`cleanup`](Self::cleanup) pass of at most
     /// `auto_cleanup_max_deletions` deletions, with the manual cleanup's
     /// guards: never inside the rollback window (it never forces), and every
     /// copy re-checked as unreferenced before it is deleted. A coordinator
@@ -484,20 +484,22 @@ impl Orchestrator {
             return Ok(None);
         };
         let (rec, _) = self.load(&id).await?;
-        let since = match rec.phase {
-            Phase::Switched | Phase::Cleanup => rec.switched_at,
-            // The rollback's completion is the record's last update.
-            Phase::RolledBack => Some(rec.updated_at),
-            _ => None,
-        };
-        let Some(since) = since else {
-            return Ok(None);
-        };
         let now = now_ms();
+        let due = match rec.phase {
+            // A cleanup already started (by hand or by an earlier pass)
+            // continues.
+            Phase::Cleanup => true,
+            Phase::Switched => rec
+                .switched_at
+                .is_some_and(|at| now >= window_end(at, timeout)),
+            // The rollback's completion is the record's last update.
+            Phase::RolledBack => now >= window_end(rec.updated_at, timeout),
+            _ => false,
+        };
         let window_open = rec
             .rollback_deadline
             .is_some_and(|deadline| now < deadline && !rec.cleanup_started);
-        if now < window_end(since, timeout) || window_open {
+        if !due || window_open {
             return Ok(None);
         }
         tracing::info!(switch_id = %id, phase = %rec.phase,
