@@ -443,3 +443,151 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
     }
     store.close().await.unwrap();
 }
+
+fn spawn_coordinator(dir: &Path, metadata: &str, old_uri: &str) -> Serve {
+    let port = free_port();
+    let state = dir.join(format!("coordinator-{port}"));
+    std::fs::create_dir_all(&state).unwrap();
+    let log = state.join("coordinator.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "coordinator",
+        "--node-id",
+        "coordinator",
+        "--metadata-store",
+        metadata,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--bookkeeper-uri",
+        old_uri,
+        "--cluster-name",
+        "old",
+    ])
+    .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+    .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
+    let process = GuardedProcess::spawn(&cmd, &state, &log, GuardedIo::Log, false).unwrap();
+    Serve {
+        process,
+        log,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+/// A dedicated coordinator (`bookie-switch coordinator`) beside two brokers
+/// on real bookies: asked through its own REST API it is the switch's origin
+/// and does the BUILD/PROMOTE work (its metrics show the duty, the brokers'
+/// none), the brokers promote their open cursors when it asks them, and
+/// their traffic sees 0 publish failures and 0 gaps. It refuses topics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dedicated_coordinator_runs_the_switch_for_the_brokers() {
+    if !bkswitch_bk_harness::bk_available() {
+        bkswitch_bk_harness::require_bk();
+        eprintln!("skipped: Java or the BookKeeper jars are missing");
+        return;
+    }
+    let out = Command::new(BIN)
+        .args(["coordinator", "--topics", "tenant/ns/persistent/x"])
+        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+        .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("serves no topics"));
+
+    let old = BkCluster::on_shared_zk(2);
+    let new = BkCluster::on_shared_zk(2);
+    let zk_connect = bkswitch_zk_harness::shared().connect_string();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let metadata = format!("zk://{zk_connect}{chroot}");
+    let dir = tempfile::tempdir().unwrap();
+    let old_uri = old.metadata_service_uri();
+    let new_uri = new.metadata_service_uri();
+    let mut nodes: Vec<Serve> = (0..2)
+        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 20))
+        .collect();
+    let mut coordinator = vec![spawn_coordinator(dir.path(), &metadata, &old_uri)];
+    wait_serving(&mut nodes).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log_of(&coordinator[0]).contains("coordinator coordinator serving") {
+        assert!(
+            coordinator[0].process.is_running(),
+            "{}",
+            log_of(&coordinator[0])
+        );
+        assert!(Instant::now() < deadline, "{}", log_of(&coordinator[0]));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let admin = AdminClient::new(&coordinator[0].url, ADMIN)
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    admin
+        .register("new", &new_uri, Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let above = admin
+        .precheck("new")
+        .await
+        .unwrap()
+        .source_next_ledger_id
+        .unwrap()
+        + 100;
+    let out = Command::new(BIN)
+        .args([
+            "idgen",
+            "--metadata-service-uri",
+            &new_uri,
+            "--advance-beyond",
+            &above.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    admin.switch("new").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = admin.status().await.unwrap();
+        if let Some(sw) = st.switch() {
+            if sw.is_settled() {
+                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
+                assert_eq!(sw.counts().failed, 0, "{:?}", sw.raw());
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "{:?}", st.raw());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let duties = |url: String| async move {
+        let (code, text) = raw("GET", &format!("{url}/metrics"), None, None).await;
+        assert_eq!(code, 200);
+        let text = text.as_str().unwrap_or_default().to_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("bkswitch_coordinator_duties_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no duty counter:\n{text}"))
+    };
+    assert_eq!(duties(coordinator[0].url.clone()).await, 1);
+    for n in &nodes {
+        assert_eq!(duties(n.url.clone()).await, 0);
+    }
+    let after = cursor_ledgers(store_of(&metadata).await.as_ref(), "new").await;
+    assert_eq!(after.len(), 4, "{after:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for line in stop(nodes) {
+        let (published, failures, gaps) = traffic(&line);
+        assert!(published > 0, "{line}");
+        assert_eq!((failures, gaps), (0, 0), "{line}");
+    }
+    let c = coordinator.remove(0);
+    let mut p = c.process;
+    assert!(p.terminate());
+    p.close();
+}
+
+async fn store_of(metadata: &str) -> Arc<ZkStore> {
+    Arc::new(
+        ZkStore::connect(metadata, ZkStoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}

@@ -1,7 +1,5 @@
 //! Walking the metadata for schema and cursor ledgers.
 
-use std::collections::BTreeMap;
-
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::ml::{CompressionType, ManagedCursorInfo, ManagedCursorInfoMetadata};
@@ -40,54 +38,70 @@ fn md(what: &str, e: bkswitch_metadata_store::MetadataError) -> OrchestratorErro
     OrchestratorError::metadata(what.to_owned(), e)
 }
 
-/// Calls `f` on every node under `root` (itself included) with a non-empty
-/// value, depth first, in sorted order. Memory is bounded by the children
-/// lists of the nodes on the current path (one level's names at a time), not
-/// by the size of the tree: nothing visited is kept.
-pub(crate) async fn visit<F>(store: &dyn MetadataStore, root: &str, mut f: F) -> Result<()>
-where
-    F: FnMut(&str, Vec<u8>) -> Result<()>,
-{
-    let mut stack: Vec<(String, std::vec::IntoIter<String>)> = Vec::new();
-    let mut next = Some(root.to_owned());
-    loop {
-        if let Some(p) = next.take() {
-            if let Some(r) = store
-                .get(&p)
-                .await
-                .map_err(|e| md(&format!("reading `{p}`"), e))?
-            {
-                if !r.value.is_empty() {
-                    f(&p, r.value)?;
+/// A depth-first walk of the nodes under a root (itself included) that have
+/// a non-empty value, in sorted order, one node at a time. Memory is bounded
+/// by the children lists of the nodes on the current path (one level's names
+/// at a time), not by the size of the tree: nothing visited is kept.
+pub(crate) struct Walk {
+    stack: Vec<(String, std::vec::IntoIter<String>)>,
+    next: Option<String>,
+}
+
+impl Walk {
+    pub(crate) fn new(root: &str) -> Walk {
+        Walk {
+            stack: Vec::new(),
+            next: Some(root.to_owned()),
+        }
+    }
+
+    /// The next node with a value, `None` at the end.
+    pub(crate) async fn next(
+        &mut self,
+        store: &dyn MetadataStore,
+    ) -> Result<Option<(String, Vec<u8>)>> {
+        loop {
+            if let Some(p) = self.next.take() {
+                let value = store
+                    .get(&p)
+                    .await
+                    .map_err(|e| md(&format!("reading `{p}`"), e))?
+                    .map(|r| r.value)
+                    .filter(|v| !v.is_empty());
+                let children = store
+                    .children(&p)
+                    .await
+                    .map_err(|e| md(&format!("listing `{p}`"), e))?;
+                self.stack.push((p.clone(), children.into_iter()));
+                if let Some(v) = value {
+                    return Ok(Some((p, v)));
                 }
             }
-            let children = store
-                .children(&p)
-                .await
-                .map_err(|e| md(&format!("listing `{p}`"), e))?;
-            stack.push((p, children.into_iter()));
-        }
-        let Some((parent, children)) = stack.last_mut() else {
-            return Ok(());
-        };
-        match children.next() {
-            Some(c) => next = Some(format!("{parent}/{c}")),
-            None => {
-                stack.pop();
+            let Some((parent, children)) = self.stack.last_mut() else {
+                return Ok(None);
+            };
+            match children.next() {
+                Some(c) => self.next = Some(format!("{parent}/{c}")),
+                None => {
+                    self.stack.pop();
+                }
             }
         }
     }
 }
 
-/// Every node under `root` with a non-empty value, depth first.
-async fn walk(store: &dyn MetadataStore, root: &str) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut out = Vec::new();
-    visit(store, root, |p, v| {
-        out.push((p.to_owned(), v));
-        Ok(())
-    })
-    .await?;
-    Ok(out)
+/// Calls `f` on every node under `root` (itself included) with a non-empty
+/// value, depth first, in sorted order, holding one node at a time (see
+/// [`Walk`]).
+pub(crate) async fn visit<F>(store: &dyn MetadataStore, root: &str, mut f: F) -> Result<()>
+where
+    F: FnMut(&str, Vec<u8>) -> Result<()>,
+{
+    let mut walk = Walk::new(root);
+    while let Some((path, value)) = walk.next(store).await? {
+        f(&path, value)?;
+    }
+    Ok(())
 }
 
 /// Whether a managed-ledger tree value is a cursor (`ManagedCursorInfo`) rather
@@ -119,82 +133,119 @@ pub(crate) fn cursor_compression(value: &[u8]) -> CompressionType {
         .unwrap_or(CompressionType::None)
 }
 
-/// Every schema locator: path → locator.
-pub(crate) async fn schema_locators(
-    store: &dyn MetadataStore,
-) -> Result<BTreeMap<String, SchemaLocator>> {
-    let mut out = BTreeMap::new();
-    for (path, value) in walk(store, SCHEMAS_ROOT).await? {
-        match SchemaLocator::decode(value.as_slice()) {
-            Ok(l) => {
-                out.insert(path, l);
-            }
-            Err(e) => {
-                tracing::warn!(path, error = %e, "not a schema locator; skipped");
-            }
-        }
+/// Every schema ledger and every cursor ledger recorded in the metadata.
+pub(crate) async fn scan(store: &dyn MetadataStore) -> Result<Vec<Found>> {
+    let mut out = Vec::new();
+    let mut pages = Pages::new();
+    while let Some(page) = pages.next(store, usize::MAX).await? {
+        out.extend(page);
     }
     Ok(out)
 }
 
-/// Every schema ledger and every cursor ledger recorded in the metadata.
-pub(crate) async fn scan(store: &dyn MetadataStore) -> Result<Vec<Found>> {
-    let mut out = Vec::new();
-    for (path, locator) in schema_locators(store).await? {
-        let mut seen = std::collections::BTreeSet::new();
-        for entry in std::iter::once(&locator.info).chain(locator.index.iter()) {
-            let pos = &entry.position;
-            if pos.ledger_id < 0 || !seen.insert(pos.ledger_id) {
-                continue;
-            }
-            let stamp = match pos.cluster_stamp() {
-                Ok(s) => s.map(str::to_owned),
-                Err(e) => {
-                    tracing::warn!(path, error = %e, "corrupt stamp; schema ledger skipped");
-                    continue;
-                }
-            };
-            out.push(Found {
-                kind: LedgerKind::Schema,
-                ledger_id: pos.ledger_id,
-                owner_path: path.clone(),
-                managed_ledger: None,
-                cursor: None,
-                stamp,
-            });
+/// The schema and cursor ledgers of the metadata, streamed in pages: the
+/// schema locators first, then the managed-ledger tree, one node at a time
+/// (see [`Walk`]), so the coordinator holds one page however many topics
+/// there are.
+pub(crate) struct Pages {
+    schemas: Option<Walk>,
+    mls: Walk,
+}
+
+impl Pages {
+    pub(crate) fn new() -> Pages {
+        Pages {
+            schemas: Some(Walk::new(SCHEMAS_ROOT)),
+            mls: Walk::new(ML_ROOT),
         }
     }
-    let prefix = format!("{ML_ROOT}/");
-    for (path, value) in walk(store, ML_ROOT).await? {
-        let Some(info) = decode_cursor(&value) else {
-            continue;
-        };
-        if info.cursors_ledger_id < 0 {
+
+    /// The next page of at least one and about `size` ledgers (a locator's
+    /// ledgers stay on one page), `None` at the end.
+    pub(crate) async fn next(
+        &mut self,
+        store: &dyn MetadataStore,
+        size: usize,
+    ) -> Result<Option<Vec<Found>>> {
+        let mut out = Vec::new();
+        while out.len() < size {
+            if let Some(walk) = self.schemas.as_mut() {
+                match walk.next(store).await? {
+                    Some((path, value)) => schema_ledgers(&path, &value, &mut out),
+                    None => self.schemas = None,
+                }
+                continue;
+            }
+            match self.mls.next(store).await? {
+                Some((path, value)) => {
+                    if let Some(f) = cursor_ledger(&path, &value) {
+                        out.push(f);
+                    }
+                }
+                None => break,
+            }
+        }
+        Ok((!out.is_empty()).then_some(out))
+    }
+}
+
+/// The schema ledgers of the locator at `path`.
+fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
+    let locator = match SchemaLocator::decode(value) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(path, error = %e, "not a schema locator; skipped");
+            return;
+        }
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in std::iter::once(&locator.info).chain(locator.index.iter()) {
+        let pos = &entry.position;
+        if pos.ledger_id < 0 || !seen.insert(pos.ledger_id) {
             continue;
         }
-        let Some((parent, name)) = path.rsplit_once('/') else {
-            continue;
-        };
-        let Some(ml) = parent.strip_prefix(&prefix) else {
-            continue;
-        };
-        let stamp = match info.cluster_stamp() {
+        let stamp = match pos.cluster_stamp() {
             Ok(s) => s.map(str::to_owned),
             Err(e) => {
-                tracing::warn!(path, error = %e, "corrupt stamp; cursor ledger skipped");
+                tracing::warn!(path, error = %e, "corrupt stamp; schema ledger skipped");
                 continue;
             }
         };
         out.push(Found {
-            kind: LedgerKind::Cursor,
-            ledger_id: info.cursors_ledger_id,
-            owner_path: path.clone(),
-            managed_ledger: Some(ml.to_owned()),
-            cursor: Some(name.to_owned()),
+            kind: LedgerKind::Schema,
+            ledger_id: pos.ledger_id,
+            owner_path: path.to_owned(),
+            managed_ledger: None,
+            cursor: None,
             stamp,
         });
     }
-    Ok(out)
+}
+
+/// The cursor ledger of the managed-ledger tree node at `path`, if it is a
+/// cursor.
+fn cursor_ledger(path: &str, value: &[u8]) -> Option<Found> {
+    let info = decode_cursor(value)?;
+    if info.cursors_ledger_id < 0 {
+        return None;
+    }
+    let (parent, name) = path.rsplit_once('/')?;
+    let ml = parent.strip_prefix(ML_ROOT)?.strip_prefix('/')?;
+    let stamp = match info.cluster_stamp() {
+        Ok(s) => s.map(str::to_owned),
+        Err(e) => {
+            tracing::warn!(path, error = %e, "corrupt stamp; cursor ledger skipped");
+            return None;
+        }
+    };
+    Some(Found {
+        kind: LedgerKind::Cursor,
+        ledger_id: info.cursors_ledger_id,
+        owner_path: path.to_owned(),
+        managed_ledger: Some(ml.to_owned()),
+        cursor: Some(name.to_owned()),
+        stamp,
+    })
 }
 
 #[cfg(test)]

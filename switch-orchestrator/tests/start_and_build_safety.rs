@@ -273,3 +273,55 @@ async fn a_switched_switch_rolls_back_after_its_target_died() {
         }
     }
 }
+
+/// Ledger records live in buckets of 1,024 ids (a ZooKeeper listing of more
+/// than about 58,000 flat record names exceeds the 1 MiB reply limit).
+/// Records an earlier version wrote flat under `…/ledgers/<kind>-<id>` are
+/// still read and updated where they are: moved flat after SWITCHED, the
+/// status counts them and a rollback flips them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_bucketed_and_flat_records_of_an_earlier_version_still_count() {
+    let store = zk_store().await;
+    let env = env(store.clone()).await;
+    env.populate(3, 3).await;
+    let orch = env.orchestrator();
+    let s = orch.start_switch(NEW, None).await.unwrap();
+    let st = orch.run(&s.switch_id).await.unwrap();
+    assert_eq!(st.phase, Phase::Switched, "{st:?}");
+    let base = format!("{}/{}/ledgers", orch.records_root(), s.switch_id);
+    let buckets = store.children(&base).await.unwrap();
+    assert!(
+        !buckets.is_empty() && buckets.iter().all(|b| b.parse::<i64>().is_ok()),
+        "{buckets:?}"
+    );
+    // Move every record flat, as an earlier version wrote them.
+    let mut moved = 0;
+    for b in &buckets {
+        let dir = format!("{base}/{b}");
+        for name in store.children(&dir).await.unwrap() {
+            let from = format!("{dir}/{name}");
+            let r = store.get(&from).await.unwrap().unwrap();
+            store
+                .put(
+                    &format!("{base}/{name}"),
+                    &r.value,
+                    ExpectedVersion::NotExists,
+                )
+                .await
+                .unwrap();
+            store.delete(&from, ExpectedVersion::Any).await.unwrap();
+            moved += 1;
+        }
+        store.delete(&dir, ExpectedVersion::Any).await.unwrap();
+    }
+    assert!(moved >= 6);
+    let again = orch.status(&s.switch_id).await.unwrap();
+    assert_eq!(again.counts, st.counts);
+    env.advance_old_beyond_new();
+    let rolled = orch.rollback(&s.switch_id).await.unwrap();
+    assert_eq!(rolled.phase, Phase::RolledBack, "{rolled:?}");
+    assert_eq!(rolled.counts.rolled_back, st.counts.promoted, "{rolled:?}");
+    // Updated in place: still flat, no bucket recreated.
+    let after = store.children(&base).await.unwrap();
+    assert_eq!(after.len(), moved, "{after:?}");
+}

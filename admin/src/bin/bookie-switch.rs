@@ -34,6 +34,13 @@ enum Command {
     /// Run a node: multi-cluster storage, registry watcher, coordinator and the
     /// bookie-clusters REST API.
     Serve(Box<ServeArgs>),
+    /// Run a dedicated coordinator: the node of `serve` without topics. It
+    /// joins the election, coordinates the switches it is handed (it is their
+    /// origin when asked through its own REST API, or the leader) and serves
+    /// the REST API and `/metrics`; brokers keep serving the topics. Its
+    /// memory does not grow with the number of topics (the coordinator reads
+    /// the metadata and the switch's records a page at a time).
+    Coordinator(Box<ServeArgs>),
     /// Read or advance a BookKeeper cluster's ledger-id generator (the step
     /// before a switch that the precheck checks).
     Idgen(IdgenArgs),
@@ -110,32 +117,31 @@ struct ServeArgs {
     /// is in the README and in `bkswitch_admin::settings`). Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
-    /// This node's id, unique among live nodes [`bkswitchNodeId`, node-1].
+    /// This node's id, unique among live nodes (file key `bkswitchNodeId`, default node-1).
     #[arg(long)]
     node_id: Option<String>,
     /// `memory` (embedded, single process) or `zk://host:port[/chroot]`
-    /// [`metadataStoreUrl`, memory].
+    /// (file key `metadataStoreUrl`, default memory).
     #[arg(long)]
     metadata_store: Option<String>,
     /// ZooKeeper session timeout of the metadata store: how long after this
     /// process dies its ephemeral nodes (topic ownership, election candidacy)
     /// stay, and so how soon the leader takes over a switch it was
-    /// coordinating [`metadataStoreSessionTimeoutMillis`, 30000].
+    /// coordinating (file key `metadataStoreSessionTimeoutMillis`, default 30000).
     #[arg(long)]
     metadata_store_session_timeout_ms: Option<u64>,
-    /// REST API and `/metrics` address [`bkswitchListenAddress`,
-    /// 127.0.0.1:8080].
+    /// REST API and `/metrics` address (file key `bkswitchListenAddress`, default 127.0.0.1:8080).
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// The initial cluster's metadata-service URI: a real BookKeeper cluster
     /// (`zk+hierarchical://host:port/ledgers`, also `zk://`,
     /// `zk+longhierarchical://`), or `memory://<name>` for a cluster living in
     /// this process. Later clusters are registered by their URI through the
-    /// REST API [`bookkeeperMetadataServiceUri`, memory://old].
+    /// REST API (file key `bookkeeperMetadataServiceUri`, default memory://old).
     #[arg(long)]
     bookkeeper_uri: Option<String>,
     /// Name hint of the initial cluster
-    /// [`bookieClusterSwitch.currentClusterName`].
+    /// (file key `bookieClusterSwitch.currentClusterName`).
     #[arg(long)]
     cluster_name: Option<String>,
     /// In-memory bookie clusters to create in this process (comma separated),
@@ -144,8 +150,7 @@ struct ServeArgs {
     /// advanced for a switch).
     #[arg(long, value_delimiter = ',', default_value = "old,new")]
     memory_clusters: Vec<String>,
-    /// Registry root in the metadata store [`bookieClusterConfigPath`,
-    /// /bookie-clusters].
+    /// Registry root in the metadata store (file key `bookieClusterConfigPath`, default /bookie-clusters).
     #[arg(long)]
     registry_root: Option<String>,
     /// Bearer token of the admin endpoints.
@@ -165,28 +170,28 @@ struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     rate: u32,
     /// Topics rolled over per second after a switch, 0: natural rollover only
-    /// [`bkswitchForcedRolloverRate`, 100].
+    /// (file key `bkswitchForcedRolloverRate`, default 100).
     #[arg(long)]
     forced_rollover_rate: Option<u32>,
     /// Bound on operations on non-active clusters, ms
-    /// [`oldLedgerReadTimeoutMs`, 5000].
+    /// (file key `oldLedgerReadTimeoutMs`, default 5000).
     #[arg(long)]
     old_ledger_read_timeout_ms: Option<u64>,
-    /// Ledgers copied or promoted at once [`migrationConcurrency`, 16].
+    /// Ledgers copied or promoted at once (file key `migrationConcurrency`, default 16).
     #[arg(long)]
     migration_concurrency: Option<usize>,
-    /// How long a switch can be rolled back, hours [`rollbackWindowHours`, 24].
+    /// How long a switch can be rolled back, hours (file key `rollbackWindowHours`, default 24).
     #[arg(long)]
     rollback_window_hours: Option<u64>,
     /// Days after SWITCHED when the coordinator runs CLEANUP by itself, 0:
-    /// never [`bookieClusterDualReadTimeoutDays`, 15].
+    /// never (file key `bookieClusterDualReadTimeoutDays`, default 15).
     #[arg(long)]
     dual_read_timeout_days: Option<u64>,
     /// Lab only: do not refuse a switch or rollback whose idgen precheck
     /// fails. In-memory clusters live inside this process, where an operator
     /// cannot advance their id generators between hops (a rollback after a
     /// switch to the next `--memory-clusters` entry is refused without it)
-    /// [`bookieClusterSwitchSkipIdgenPrecheck`, false].
+    /// (file key `bookieClusterSwitchSkipIdgenPrecheck`, default false).
     #[arg(long)]
     skip_idgen_precheck: bool,
 }
@@ -264,7 +269,8 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         match cli.command {
             Command::Demo(a) => demo(a).await,
-            Command::Serve(a) => serve(*a).await,
+            Command::Serve(a) => serve(*a, false).await,
+            Command::Coordinator(a) => serve(*a, true).await,
             Command::Idgen(a) => idgen(a).await,
         }
     })
@@ -375,12 +381,20 @@ fn init_logging() {
         .try_init();
 }
 
-async fn serve(a: ServeArgs) -> ExitCode {
+async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     init_logging();
+    let command = if dedicated { "coordinator" } else { "serve" };
+    if dedicated && (a.topics.iter().any(|t| !t.is_empty()) || a.rate > 0) {
+        eprintln!(
+            "bookie-switch coordinator: a dedicated coordinator serves no topics; drop \
+             --topics and --rate (run them on `bookie-switch serve` nodes)"
+        );
+        return ExitCode::from(2);
+    }
     let s = match a.settings() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("bookie-switch serve: {e}");
+            eprintln!("bookie-switch {command}: {e}");
             return ExitCode::from(2);
         }
     };
@@ -395,7 +409,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
             Ok(st) => Arc::new(st),
             Err(e) => {
                 eprintln!(
-                    "bookie-switch serve: cannot connect to {}: {e}",
+                    "bookie-switch {command}: cannot connect to {}: {e}",
                     s.metadata_store
                 );
                 return ExitCode::FAILURE;
@@ -403,7 +417,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
         }
     } else {
         eprintln!(
-            "bookie-switch serve: --metadata-store must be 'memory' or 'zk://host:port[/chroot]', got '{}'",
+            "bookie-switch {command}: --metadata-store must be 'memory' or 'zk://host:port[/chroot]', got '{}'",
             s.metadata_store
         );
         return ExitCode::from(2);
@@ -421,7 +435,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
         let c = clusters.get_or_create(name);
         if i > 0 {
             if let Err(e) = c.advance_ledger_id_to(i as i64 * 1_000_000_000) {
-                eprintln!("bookie-switch serve: cannot prepare cluster '{name}': {e}");
+                eprintln!("bookie-switch {command}: cannot prepare cluster '{name}': {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -441,6 +455,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
     cfg.forced_rollover_rate = (s.forced_rollover_rate > 0).then_some(s.forced_rollover_rate);
     cfg.old_ledger_read_timeout = s.old_ledger_read_timeout;
     cfg.metrics_token = a.metrics_token.clone().filter(|t| !t.is_empty());
+    cfg.dedicated_coordinator = dedicated;
     cfg.orchestrator = cfg
         .orchestrator
         .clone()
@@ -451,12 +466,13 @@ async fn serve(a: ServeArgs) -> ExitCode {
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("bookie-switch serve: {e}");
+            eprintln!("bookie-switch {command}: {e}");
             return ExitCode::FAILURE;
         }
     };
     eprintln!(
-        "node {} serving {}{BASE_PATH} (active cluster: {})",
+        "{} {} serving {}{BASE_PATH} (active cluster: {})",
+        if dedicated { "coordinator" } else { "node" },
         node.node_id(),
         node.url(),
         node.storage().active_cluster().unwrap_or_default()
@@ -471,7 +487,7 @@ async fn serve(a: ServeArgs) -> ExitCode {
         match opened.await {
             Ok(h) => handles.push(h),
             Err(e) => {
-                eprintln!("bookie-switch serve: cannot open topic '{t}': {e}");
+                eprintln!("bookie-switch {command}: cannot open topic '{t}': {e}");
                 node.stop().await;
                 return ExitCode::FAILURE;
             }

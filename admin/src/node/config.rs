@@ -59,6 +59,10 @@ pub struct NodeConfig {
     /// The bearer token `GET /metrics` requires; `None` (the default): none,
     /// as Pulsar serves its metrics.
     pub metrics_token: Option<String>,
+    /// A dedicated coordinator (`bookie-switch coordinator`): it takes part
+    /// in the election and coordinates switches, with the same lease, but
+    /// serves no topics, so operators can give it a machine of its own.
+    pub dedicated_coordinator: bool,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -135,6 +139,7 @@ impl NodeConfig {
             forced_rollover_rate: Some(100),
             old_ledger_read_timeout: Duration::from_millis(5000),
             metrics_token: None,
+            dedicated_coordinator: false,
         }
     }
 }
@@ -184,6 +189,17 @@ pub enum NodeError {
         owner: String,
         /// Its REST base URL.
         url: String,
+    },
+    /// A dedicated coordinator was asked to serve a topic.
+    #[error(
+        "node `{node}` is a dedicated coordinator and serves no topics; open `{topic}` on a \
+         broker node"
+    )]
+    DedicatedCoordinator {
+        /// The coordinator.
+        node: String,
+        /// The topic asked for.
+        topic: String,
     },
     /// The cluster is needed by a switch that has not finished.
     #[error(

@@ -206,10 +206,17 @@ impl Node {
     /// # Errors
     ///
     /// [`NodeError::TopicOwned`] when another live node owns it (nothing
-    /// loaded, nothing written); [`NodeError::Metadata`] when the ownership
+    /// loaded, nothing written); [`NodeError::DedicatedCoordinator`] on a
+    /// node that serves no topics; [`NodeError::Metadata`] when the ownership
     /// cannot be recorded; managed-ledger errors of opening (the claim is
     /// released again).
     pub async fn open_topic(&self, name: &str) -> Result<ManagedLedger, NodeError> {
+        if self.inner.config.dedicated_coordinator {
+            return Err(NodeError::DedicatedCoordinator {
+                node: self.inner.config.node_id.clone(),
+                topic: name.to_owned(),
+            });
+        }
         if let Some(ml) = self.inner.topics.get(name) {
             return Ok(ml);
         }

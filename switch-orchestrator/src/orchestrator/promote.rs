@@ -7,13 +7,43 @@ use std::collections::BTreeMap;
 use super::flip::{CursorFlip, Direction};
 use super::{Ctx, Orchestrator};
 use crate::error::Result;
-use crate::model::{LedgerKind, LedgerRecord, LedgerState};
+use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase};
 
 impl Orchestrator {
-    /// Flips every BUILT ledger of the switch to the target: the schema and
-    /// the cursor stage at once.
-    pub(super) async fn promote(&self, ctx: &Ctx) -> Result<()> {
-        let records = self.list_ledgers(&ctx.id).await?;
+    /// One PROMOTE pass, one bucket of records at a time: flips every BUILT
+    /// ledger (when `act`) and returns how many were BUILT when read. Memory
+    /// holds one bucket.
+    pub(super) async fn promote_pages(
+        &self,
+        ctx: &Ctx,
+        phase: &mut Phase,
+        act: bool,
+    ) -> Result<usize> {
+        let mut built = 0;
+        for dir in self.record_dirs(&ctx.id).await? {
+            let records = self.read_record_dir(&dir).await?;
+            let n = records
+                .values()
+                .filter(|r| r.state == LedgerState::Built)
+                .count();
+            built += n;
+            if n > 0 && act {
+                if *phase != Phase::Promote {
+                    *phase = Phase::Promote;
+                    self.update_switch(&ctx.id, |r| r.phase = Phase::Promote)
+                        .await?;
+                }
+                self.promote(ctx, records).await?;
+            }
+        }
+        Ok(built)
+    }
+
+    /// Flips every BUILT ledger of `records` to the target: the schema and
+    /// the cursor stage at once. A locator whose ledgers sit in several
+    /// buckets is flipped once per bucket, each flip a compare-and-set of
+    /// the positions it names (both copies exist, so either stamp reads).
+    async fn promote(&self, ctx: &Ctx, records: BTreeMap<String, LedgerRecord>) -> Result<()> {
         let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
         let mut cursors = Vec::new();
         for r in records

@@ -1,6 +1,7 @@
 //! The records of a switch in the metadata store: the switch record
 //! `<root>/orchestrator/<switchId>`, one record per ledger under
-//! `…/<switchId>/ledgers/<kind>-<ledgerId>`, the ledgers it created on the
+//! `…/<switchId>/ledgers/<bucket>/<kind>-<ledgerId>` (the bucket is the
+//! ledger id divided by [`RECORD_BUCKET`]), the ledgers it created on the
 //! target `…/<switchId>/created/<ledgerId>`, and the switch lease
 //! `…/<switchId>/lease`. Every write is a compare-and-set
 //! ([I3](bkswitch_docs::invariants::I3)) made while holding the lease, so a
@@ -19,6 +20,14 @@ use crate::model::{Counts, Failure, LedgerRecord, LedgerState, SwitchRecord, Swi
 /// Compare-and-set attempts on one record before giving up.
 const RECORD_CAS_ATTEMPTS: usize = 16;
 
+/// Ledger ids per bucket of ledger records. A ZooKeeper reply must fit in
+/// `jute.maxbuffer` (1 MiB by default), so one node cannot list more than
+/// about 58,000 record names: a switch of more schema and cursor ledgers than
+/// that could not list its records in one flat folder. Buckets also are the
+/// pages in which records are read (the status counts never hold more than
+/// one bucket).
+pub(crate) const RECORD_BUCKET: i64 = 1024;
+
 impl Orchestrator {
     /// `<root>/orchestrator/<switchId>`.
     pub(super) fn switch_path(&self, id: &str) -> String {
@@ -27,6 +36,16 @@ impl Orchestrator {
 
     fn ledgers_path(&self, id: &str) -> String {
         format!("{}/ledgers", self.switch_path(id))
+    }
+
+    /// `…/ledgers/<bucket>/<kind>-<ledgerId>`.
+    fn record_path(&self, id: &str, rec: &LedgerRecord) -> String {
+        format!(
+            "{}/{}/{}",
+            self.ledgers_path(id),
+            rec.ledger_id.div_euclid(RECORD_BUCKET),
+            rec.key()
+        )
     }
 
     /// `…/<switchId>/created`: one child per ledger this switch created on
@@ -140,8 +159,11 @@ impl Orchestrator {
     /// The status of a switch, with counts computed from its ledger records.
     pub(super) async fn read_status(&self, id: &str) -> Result<SwitchStatus> {
         let (rec, _) = self.load(id).await?;
-        let ledgers = self.list_ledgers(id).await?;
-        let (counts, failures) = summarize(&ledgers);
+        // One bucket of records in memory at a time.
+        let mut counts = Counts::default();
+        let mut failures = Vec::new();
+        self.for_each_record_page(id, |page| tally(&mut counts, &mut failures, &page))
+            .await?;
         Ok(SwitchStatus {
             switch_id: rec.switch_id,
             epoch: rec.epoch,
@@ -162,16 +184,100 @@ impl Orchestrator {
 
     /// Every ledger record of a switch, by key.
     pub(super) async fn list_ledgers(&self, id: &str) -> Result<BTreeMap<String, LedgerRecord>> {
+        let mut out = BTreeMap::new();
+        self.for_each_record_page(id, |page| out.extend(page))
+            .await?;
+        Ok(out)
+    }
+
+    /// Reads the ledger records of a switch one bucket at a time and hands
+    /// each bucket's records (by key) to `page`; memory holds one bucket.
+    pub(super) async fn for_each_record_page(
+        &self,
+        id: &str,
+        mut page: impl FnMut(BTreeMap<String, LedgerRecord>),
+    ) -> Result<()> {
+        for dir in self.record_dirs(id).await? {
+            page(self.read_record_dir(&dir).await?);
+        }
+        Ok(())
+    }
+
+    /// The folders holding a switch's ledger records: one per bucket, and
+    /// `…/ledgers` itself when it holds records written flat by an earlier
+    /// version. Small: one name per 1,024 ledger ids in use.
+    pub(super) async fn record_dirs(&self, id: &str) -> Result<Vec<String>> {
         let base = self.ledgers_path(id);
-        let names = self
-            .inner
+        let children = self.list(&base).await?;
+        let mut out = Vec::new();
+        if children.iter().any(|c| !is_bucket(c)) {
+            out.push(base.clone());
+        }
+        out.extend(
+            children
+                .iter()
+                .filter(|c| is_bucket(c))
+                .map(|c| format!("{base}/{c}")),
+        );
+        Ok(out)
+    }
+
+    /// The ledger records in one of [`record_dirs`](Self::record_dirs), by key.
+    pub(super) async fn read_record_dir(
+        &self,
+        dir: &str,
+    ) -> Result<BTreeMap<String, LedgerRecord>> {
+        let names: Vec<String> = self
+            .list(dir)
+            .await?
+            .into_iter()
+            .filter(|c| !is_bucket(c))
+            .collect();
+        self.read_records(dir, names).await
+    }
+
+    /// Whether a record names `kind`-`ledger_id` (one read).
+    pub(super) async fn has_ledger_record(
+        &self,
+        id: &str,
+        kind: crate::model::LedgerKind,
+        ledger_id: i64,
+    ) -> Result<bool> {
+        let key = crate::model::record_key(kind, ledger_id);
+        let base = self.ledgers_path(id);
+        for path in [
+            format!("{base}/{}/{key}", ledger_id.div_euclid(RECORD_BUCKET)),
+            format!("{base}/{key}"),
+        ] {
+            let found = self
+                .inner
+                .store
+                .exists(&path)
+                .await
+                .map_err(|e| OrchestratorError::metadata(format!("reading `{path}`"), e))?;
+            if found.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    async fn list(&self, path: &str) -> Result<Vec<String>> {
+        self.inner
             .store
-            .children(&base)
+            .children(path)
             .await
-            .map_err(|e| OrchestratorError::metadata(format!("listing `{base}`"), e))?;
+            .map_err(|e| OrchestratorError::metadata(format!("listing `{path}`"), e))
+    }
+
+    async fn read_records(
+        &self,
+        dir: &str,
+        names: Vec<String>,
+    ) -> Result<BTreeMap<String, LedgerRecord>> {
         let mut out = BTreeMap::new();
         for name in names {
-            let path = format!("{base}/{name}");
+            let path = format!("{dir}/{name}");
             let Some(r) = self.read_node(&path).await? else {
                 continue;
             };
@@ -185,7 +291,13 @@ impl Orchestrator {
         rec.updated_at = now_ms();
         self.check_lease(id).await?;
         fail_point!("orchestrator::ledger_record");
-        let path = format!("{}/{}", self.ledgers_path(id), rec.key());
+        // A record an earlier version wrote flat is updated where it is.
+        let flat = format!("{}/{}", self.ledgers_path(id), rec.key());
+        let path = match self.inner.store.exists(&flat).await {
+            Ok(Some(_)) => flat,
+            Ok(None) => self.record_path(id, rec),
+            Err(e) => return Err(OrchestratorError::metadata(format!("reading `{flat}`"), e)),
+        };
         let bytes = encode_json(&path, &*rec)?;
         for _ in 0..RECORD_CAS_ATTEMPTS {
             let expected = match self
@@ -346,6 +458,22 @@ fn encode_json<T: Serialize + ?Sized>(path: &str, value: &T) -> Result<Vec<u8>> 
 pub(super) fn summarize(records: &BTreeMap<String, LedgerRecord>) -> (Counts, Vec<Failure>) {
     let mut c = Counts::default();
     let mut failures = Vec::new();
+    tally(&mut c, &mut failures, records);
+    (c, failures)
+}
+
+/// Whether a child of `…/ledgers` is a bucket (a number) rather than a
+/// record (`<kind>-<ledgerId>`).
+fn is_bucket(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'-')
+}
+
+/// Adds `records` to the counts and the listed failures.
+pub(super) fn tally(
+    c: &mut Counts,
+    failures: &mut Vec<Failure>,
+    records: &BTreeMap<String, LedgerRecord>,
+) {
     for r in records.values() {
         c.to_build += 1;
         // Built = copied to the target; a ledger found obsolete before its copy
@@ -380,5 +508,4 @@ pub(super) fn summarize(records: &BTreeMap<String, LedgerRecord>) -> (Counts, Ve
             c.rollover_fallback += 1;
         }
     }
-    (c, failures)
 }

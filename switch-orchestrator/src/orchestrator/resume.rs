@@ -2,13 +2,14 @@
 //! resuming recorded switches where they stopped
 //! ([I6](bkswitch_docs::invariants::I6)).
 
-use std::collections::BTreeMap;
-
-use super::records::summarize;
-use super::{now_ms, window_end, Orchestrator};
+use super::records::tally;
+use super::{now_ms, window_end, Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::model::{record_key, LedgerRecord, LedgerState, Phase, SwitchStatus};
-use crate::scan::{scan, Found};
+use crate::model::{Counts, LedgerState, Phase, SwitchStatus};
+use crate::scan::Pages;
+
+/// Schema and cursor ledgers read from the metadata per BUILD page.
+const BUILD_PAGE: usize = 1024;
 
 impl Orchestrator {
     /// [`Orchestrator::resume_all`].
@@ -55,25 +56,21 @@ impl Orchestrator {
         let cfg = &self.inner.config;
         let mut phase = rec.phase;
         for pass in 0..=cfg.max_passes {
-            let records = self.list_ledgers(switch_id).await?;
-            let found = scan(self.inner.store.as_ref()).await?;
-            let mut pending: BTreeMap<String, Found> = BTreeMap::new();
-            for f in found {
-                if f.cluster(ctx.bootstrap.as_deref()) != Some(ctx.source.as_str()) {
-                    continue;
-                }
-                let key = record_key(f.kind, f.ledger_id);
-                if !records.contains_key(&key) {
-                    pending.insert(key, f);
-                }
+            // The last pass only checks: it builds and promotes nothing.
+            let act = pass < cfg.max_passes;
+            if pass > 1 && act {
+                // Owners were unavailable or ledgers kept appearing.
+                tokio::time::sleep(cfg.promote_retry_delay).await;
             }
-            let built: Vec<LedgerRecord> = records
-                .values()
-                .filter(|r| r.state == LedgerState::Built)
-                .cloned()
-                .collect();
-            if pending.is_empty() && built.is_empty() {
-                let (counts, failures) = summarize(&records);
+            let pending = self.build_pages(&ctx, &mut phase, act).await?;
+            let built = self.promote_pages(&ctx, &mut phase, act).await?;
+            if pending == 0 && built == 0 {
+                let mut counts = Counts::default();
+                let mut failures = Vec::new();
+                self.for_each_record_page(switch_id, |page| {
+                    tally(&mut counts, &mut failures, &page)
+                })
+                .await?;
                 let window = cfg.rollback_window;
                 self.update_switch(switch_id, |r| {
                     let now = now_ms();
@@ -87,29 +84,15 @@ impl Orchestrator {
                 tracing::info!(switch_id, "switch reached SWITCHED");
                 return self.status(switch_id).await;
             }
-            if pass == cfg.max_passes {
-                break;
-            }
-            if pass > 0 {
-                tokio::time::sleep(cfg.promote_retry_delay).await;
-            }
-            if !pending.is_empty() {
-                if phase != Phase::Build {
-                    self.update_switch(switch_id, |r| r.phase = Phase::Build)
-                        .await?;
-                }
-                self.build(&ctx, pending.into_values().collect()).await?;
-            }
-            phase = Phase::Promote;
-            self.update_switch(switch_id, |r| r.phase = Phase::Promote)
-                .await?;
-            self.promote(&ctx).await?;
         }
-        let records = self.list_ledgers(switch_id).await?;
-        let waiting = records
-            .values()
-            .filter(|r| r.state == LedgerState::Built)
-            .count();
+        let mut waiting = 0usize;
+        self.for_each_record_page(switch_id, |page| {
+            waiting += page
+                .values()
+                .filter(|r| r.state == LedgerState::Built)
+                .count();
+        })
+        .await?;
         Err(OrchestratorError::NotConverged {
             switch_id: switch_id.to_owned(),
             phase: phase.to_string(),
@@ -119,5 +102,36 @@ impl Orchestrator {
                 ctx.source
             ),
         })
+    }
+
+    /// One BUILD pass, a page of the metadata at a time
+    /// ([`BUILD_PAGE`] ledgers): the ledgers the source holds that no record
+    /// names yet are copied (when `act`) and counted. Memory holds one page.
+    async fn build_pages(&self, ctx: &Ctx, phase: &mut Phase, act: bool) -> Result<usize> {
+        let store = self.inner.store.as_ref();
+        let mut pending_total = 0;
+        let mut pages = Pages::new();
+        while let Some(page) = pages.next(store, BUILD_PAGE).await? {
+            let mut pending = Vec::new();
+            for f in page {
+                if f.cluster(ctx.bootstrap.as_deref()) != Some(ctx.source.as_str()) {
+                    continue;
+                }
+                if !self.has_ledger_record(&ctx.id, f.kind, f.ledger_id).await? {
+                    pending.push(f);
+                }
+            }
+            pending_total += pending.len();
+            if pending.is_empty() || !act {
+                continue;
+            }
+            if *phase != Phase::Build {
+                *phase = Phase::Build;
+                self.update_switch(&ctx.id, |r| r.phase = Phase::Build)
+                    .await?;
+            }
+            self.build(ctx, pending).await?;
+        }
+        Ok(pending_total)
     }
 }
