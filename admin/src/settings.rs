@@ -8,7 +8,7 @@
 //! | key | default | meaning |
 //! |---|---|---|
 //! | `bookkeeperMetadataServiceUri` | `memory://old` | the initial cluster's metadata-service URI (`zk+hierarchical://…/ledgers`, `memory://<name>`) |
-//! | `bookieClusterConfigPath` | `/bookie-clusters` | the registry root in the metadata store |
+//! | `bookieClusterConfigPath` | `/admin/bookie-clusters` | the registry root in the metadata store |
 //! | `bookieClusterSwitch.currentClusterName` | (none) | name hint of the initial cluster |
 //! | `bookieClusterSwitchSkipIdgenPrecheck` | `false` | do not refuse a switch or rollback whose idgen precheck fails (lab only) |
 //! | `bookieClusterDualReadTimeoutDays` | `15` | days after SWITCHED when the coordinator runs CLEANUP by itself (0: never) |
@@ -425,6 +425,21 @@ bkswitchForcedRolloverRate=0
                 "{msg}"
             );
             assert_eq!(s, ServeSettings::default(), "nothing applied: {text}");
+        }
+    }
+
+    #[test]
+    fn the_readme_documents_every_key_with_its_default() {
+        for doc in [include_str!("../../README.md"), include_str!("settings.rs")] {
+            for (key, default, _) in KEYS {
+                let shown = if default.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    format!("`{default}`")
+                };
+                let row = format!("| `{key}` | {shown} |");
+                assert!(doc.contains(&row), "missing or wrong row: {row}");
+            }
         }
     }
 

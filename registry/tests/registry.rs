@@ -709,3 +709,59 @@ async fn racing_register_active_and_promotions_keep_one_active_on_zookeeper() {
     let a_records = names.iter().filter(|n| n.starts_with('a')).count();
     assert_eq!(a_records, registered_active, "{names:?}");
 }
+
+/// The sixth item on a real ZooKeeper (registry and id generators on
+/// it): a source whose id generator cannot be read (a malformed `HOB-` node)
+/// makes the precheck not ready, naming the reason, instead of skipping the
+/// check; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_source_generator_is_not_ready_on_zookeeper() {
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let store = zk_store("").await;
+    let src = format!("{chroot}/src/ledgers");
+    let dst = format!("{chroot}/dst/ledgers");
+    bk_layout(&store, &src, 7, &[]).await;
+    store
+        .put(
+            &format!("{src}/idgen-long/HOB-zz"),
+            b"",
+            ExpectedVersion::Any,
+        )
+        .await
+        .unwrap();
+    bk_layout(&store, &dst, 3, &[(1, 2)]).await;
+    let port = bkswitch_zk_harness::shared().port();
+    let reg = Registry::new(Arc::new(zk_store(&format!("{chroot}/registry")).await));
+    reg.register(
+        "src",
+        &format!("zk+hierarchical://127.0.0.1:{port}{src}"),
+        ClusterStatus::Active,
+    )
+    .await
+    .unwrap();
+    reg.register(
+        "dst",
+        &format!("zk+hierarchical://127.0.0.1:{port}{dst}"),
+        ClusterStatus::Standby,
+    )
+    .await
+    .unwrap();
+    let before = store
+        .get(&format!("{src}/idgen-long/HOB-zz"))
+        .await
+        .unwrap();
+    let r = reg
+        .precheck("src", "dst", &[1, 6], &ZkIdgenSource::default())
+        .await
+        .unwrap();
+    assert!(!r.ready, "{r:?}");
+    let why = r.source_idgen_error.clone().expect("the reason");
+    assert!(why.contains("HOB-zz"), "{why}");
+    assert_eq!(
+        store
+            .get(&format!("{src}/idgen-long/HOB-zz"))
+            .await
+            .unwrap(),
+        before
+    );
+}

@@ -150,7 +150,7 @@ struct ServeArgs {
     /// advanced for a switch).
     #[arg(long, value_delimiter = ',', default_value = "old,new")]
     memory_clusters: Vec<String>,
-    /// Registry root in the metadata store (file key `bookieClusterConfigPath`, default /bookie-clusters).
+    /// Registry root in the metadata store (file key `bookieClusterConfigPath`, default /admin/bookie-clusters).
     #[arg(long)]
     registry_root: Option<String>,
     /// Bearer token of the admin endpoints.
