@@ -70,7 +70,39 @@ impl Orchestrator {
         // whose client no longer starts does not keep the rollback from
         // completing (the copies it holds are deleted by a later cleanup).
         let ctx = self.flip_ctx(&sw).await?;
-        let records = self.list_ledgers(switch_id).await?;
+        // One bucket of records at a time (see `records.rs`).
+        let mut waiting = 0usize;
+        for dir in self.record_dirs(switch_id).await? {
+            let records = self.read_record_dir(&dir).await?;
+            waiting += self.roll_back_page(&ctx, records).await?;
+        }
+        if waiting > 0 {
+            return Err(OrchestratorError::NotConverged {
+                switch_id: switch_id.to_owned(),
+                phase: Phase::RollingBack.to_string(),
+                reason: format!("{waiting} ledger(s) could not be flipped back yet"),
+            });
+        }
+        let window = self.inner.config.rollback_window;
+        self.update_switch(switch_id, |r| {
+            r.phase = Phase::RolledBack;
+            if r.rollback_deadline.is_none() {
+                r.rollback_deadline = Some(window_end(now_ms(), window));
+            }
+        })
+        .await?;
+        tracing::info!(switch_id, "switch rolled back");
+        self.status(switch_id).await
+    }
+
+    /// Flips back the promoted ledgers of one page of records; returns how
+    /// many must be retried.
+    async fn roll_back_page(
+        &self,
+        ctx: &Ctx,
+        records: BTreeMap<String, LedgerRecord>,
+    ) -> Result<usize> {
+        let switch_id = ctx.id.as_str();
         let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
         let mut cursors = Vec::new();
         for mut rec in records.into_values() {
@@ -91,14 +123,14 @@ impl Orchestrator {
         }
         let mut waiting = 0usize;
         for mut rec in cursors {
-            if !self.roll_back_cursor(&ctx, &mut rec).await? {
+            if !self.roll_back_cursor(ctx, &mut rec).await? {
                 waiting += 1;
             }
         }
         for (path, mut recs) in by_locator {
             fail_point!("orchestrator::rollback_schema");
             let Some(on_source) = self
-                .flip_locator(&ctx, Direction::Rollback, &path, &recs)
+                .flip_locator(ctx, Direction::Rollback, &path, &recs)
                 .await?
             else {
                 waiting += recs.len();
@@ -113,23 +145,7 @@ impl Orchestrator {
                 self.set_state(switch_id, rec, state, None).await?;
             }
         }
-        if waiting > 0 {
-            return Err(OrchestratorError::NotConverged {
-                switch_id: switch_id.to_owned(),
-                phase: Phase::RollingBack.to_string(),
-                reason: format!("{waiting} ledger(s) could not be flipped back yet"),
-            });
-        }
-        let window = self.inner.config.rollback_window;
-        self.update_switch(switch_id, |r| {
-            r.phase = Phase::RolledBack;
-            if r.rollback_deadline.is_none() {
-                r.rollback_deadline = Some(window_end(now_ms(), window));
-            }
-        })
-        .await?;
-        tracing::info!(switch_id, "switch rolled back");
-        self.status(switch_id).await
+        Ok(waiting)
     }
 
     /// Flips one promoted cursor back to the source and records it; `false`

@@ -4,12 +4,14 @@
 //! API) and the first switch record.
 
 use bkswitch_metadata_store::ExpectedVersion;
-use bkswitch_registry::{ClusterStatus, PrecheckResult, RegistryError, SwitchDirective};
+use bkswitch_registry::{
+    ClusterStatus, ClusterUri, PrecheckResult, RegistryError, SwitchDirective,
+};
 
 use super::{now_ms, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Phase, SwitchRecord, SwitchStatus};
-use crate::scan::scan;
+use crate::scan::Pages;
 
 impl Orchestrator {
     /// [`Orchestrator::start_switch`].
@@ -201,22 +203,45 @@ impl Orchestrator {
     /// The idgen precheck from `source` to `target` over every schema and
     /// cursor ledger that `source` holds; the outer error is the scan's, the
     /// inner one the precheck's.
+    ///
+    /// The precheck only needs the highest id and the ids at risk (at or
+    /// above the target's next id), so the metadata is streamed a page at a
+    /// time and only those are kept: memory does not grow with the number of
+    /// topics unless ids are at risk (the precheck then fails and lists them).
     async fn precheck_from(
         &self,
         source: &str,
         target: &str,
     ) -> Result<std::result::Result<PrecheckResult, RegistryError>> {
+        let registry = &self.inner.registry;
+        let target_next = match registry.get(target).await? {
+            Some(rec) => match ClusterUri::parse(&rec.metadata_service_uri) {
+                Ok(uri) => self.inner.idgen.next_ledger_id(&uri).await.ok(),
+                Err(_) => None,
+            },
+            None => None,
+        };
         let bootstrap = self.bootstrap_cluster().await?;
-        let ids: Vec<i64> = scan(self.inner.store.as_ref())
-            .await?
-            .into_iter()
-            .filter(|f| f.cluster(bootstrap.as_deref()) == Some(source))
-            .map(|f| f.ledger_id)
-            .collect();
-        Ok(self
-            .inner
-            .registry
-            .precheck(source, target, &ids, self.inner.idgen.as_ref())
+        let store = self.inner.store.as_ref();
+        let mut max: Option<i64> = None;
+        let mut kept: Vec<i64> = Vec::new();
+        let mut pages = Pages::new();
+        while let Some(page) = pages.next(store, 1024).await? {
+            for f in page {
+                if f.cluster(bootstrap.as_deref()) != Some(source) {
+                    continue;
+                }
+                max = max.max(Some(f.ledger_id));
+                // Unknown target next id: keep them all (the precheck reads
+                // it again and reports why it could not).
+                if target_next.is_none_or(|next| f.ledger_id >= next) {
+                    kept.push(f.ledger_id);
+                }
+            }
+        }
+        kept.extend(max);
+        Ok(registry
+            .precheck(source, target, &kept, self.inner.idgen.as_ref())
             .await)
     }
 }
