@@ -18,7 +18,7 @@ mod metered;
 
 use std::sync::Arc;
 
-use bkswitch_switch_orchestrator::Phase;
+use bkswitch_switch_orchestrator::{Phase, SwitchStatus};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -155,12 +155,18 @@ impl SwitchEvent {
     }
 }
 
+/// How long a scrape reuses the latest switch's status: reading it costs one
+/// metadata read per ledger record (a page at a time), too much to repeat on
+/// every scrape of a large switch.
+pub const STATUS_CACHE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The node's long-lived instruments.
 #[derive(Debug)]
 pub struct NodeMetrics {
     op_seconds: Family<OpLabels, Histogram>,
     op_errors: Family<OpLabels, Counter>,
     switches: Family<EventLabels, Counter>,
+    status: parking_lot::Mutex<Option<(std::time::Instant, SwitchStatus)>>,
 }
 
 impl Default for NodeMetrics {
@@ -172,6 +178,7 @@ impl Default for NodeMetrics {
             }),
             op_errors: Family::default(),
             switches: Family::default(),
+            status: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -217,7 +224,8 @@ impl NodeMetrics {
 
 /// Every metric of `node`, in the Prometheus text (OpenMetrics) format.
 /// Values read from the metadata (the current switch) are left out when the
-/// store cannot be read, rather than failing the scrape.
+/// store cannot be read, rather than failing the scrape, and are at most
+/// [`STATUS_CACHE`] old.
 pub async fn render(node: &Node) -> String {
     let mut reg = Registry::default();
     let m = node.metrics();
@@ -327,7 +335,23 @@ pub async fn render(node: &Node) -> String {
         "Ledgers this node's coordinator copied",
         ConstCounter::new(copies.copied),
     );
-    if let Ok(Some(st)) = orch.current_status().await {
+    let cached = m
+        .status
+        .lock()
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < STATUS_CACHE)
+        .map(|(_, st)| st.clone());
+    let current = match cached {
+        Some(st) => Some(st),
+        None => match orch.current_status().await {
+            Ok(Some(st)) => {
+                *m.status.lock() = Some((std::time::Instant::now(), st.clone()));
+                Some(st)
+            }
+            _ => None,
+        },
+    };
+    if let Some(st) = current {
         let phase: Family<PhaseLabels, Gauge> = Family::default();
         for p in PHASES {
             phase
