@@ -263,6 +263,27 @@ impl ActiveClientSupplier for ClusterRouter {
             None => state.not_initialized.clone(),
         }
     }
+
+    /// The longest per-prefix override that `managed_ledger` starts with,
+    /// else the active cluster. Without overrides, one extra `Acquire` load.
+    #[inline]
+    fn active_client_for(&self, managed_ledger: &str) -> Arc<dyn BookKeeper> {
+        let state = &*self.state;
+        if state
+            .has_overrides
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            let overrides = state.overrides.read();
+            let hit = overrides
+                .iter()
+                .find(|(prefix, _)| managed_ledger.starts_with(&**prefix))
+                .and_then(|(_, index)| state.table.get(*index));
+            if let Some(slot) = hit {
+                return slot.client.clone();
+            }
+        }
+        self.active_client()
+    }
 }
 
 impl LedgerResolver for ClusterRouter {

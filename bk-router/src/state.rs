@@ -47,6 +47,11 @@ pub(crate) struct State {
     pub(crate) admin: tokio::sync::Mutex<()>,
     /// The S1 answer before any cluster is active.
     pub(crate) not_initialized: Arc<dyn BookKeeper>,
+    /// Per-prefix overrides of S1 (a canary namespace created on another
+    /// cluster): `(prefix, slot index)`, longest prefix first. Read only when
+    /// `has_overrides` is set, so S1 without overrides costs one more load.
+    pub(crate) overrides: parking_lot::RwLock<Vec<(Box<str>, usize)>>,
+    pub(crate) has_overrides: std::sync::atomic::AtomicBool,
 }
 
 impl State {
@@ -61,6 +66,8 @@ impl State {
             metrics: Arc::new(RouterMetrics::default()),
             admin: tokio::sync::Mutex::new(()),
             not_initialized: Arc::new(NotInitializedClient),
+            overrides: parking_lot::RwLock::new(Vec::new()),
+            has_overrides: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -195,6 +195,57 @@ impl MultiClusterManagedLedgerStorage {
         Ok(())
     }
 
+    /// Routes the creation of new ledgers of managed ledgers whose name
+    /// starts with a prefix to that prefix's cluster (the longest prefix
+    /// wins); every other managed ledger keeps the active cluster. Replaces
+    /// the previous overrides; an empty list removes them. Each cluster's
+    /// client is started first: on an error nothing changes. Ledgers already
+    /// recorded keep routing by their stamp, and new ones are stamped with
+    /// the cluster that created them, as always.
+    ///
+    /// # Errors
+    ///
+    /// [`RouterError::UnknownCluster`] for a cluster not registered; the
+    /// client's error when one does not start.
+    pub async fn set_prefix_overrides(
+        &self,
+        overrides: &[(String, String)],
+    ) -> Result<(), RouterError> {
+        let _admin = self.state.admin.lock().await;
+        for (_, cluster) in overrides {
+            self.state.connect(cluster).await?;
+        }
+        let mut table = Vec::with_capacity(overrides.len());
+        {
+            let book = self.state.book.lock();
+            for (prefix, cluster) in overrides {
+                let Some(entry) = book.clusters.get(cluster) else {
+                    drop(book);
+                    return Err(self.state.unknown(cluster));
+                };
+                table.push((prefix.clone().into_boxed_str(), entry.slot));
+            }
+        }
+        table.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        let any = !table.is_empty();
+        *self.state.overrides.write() = table;
+        self.state.has_overrides.store(any, Ordering::Release);
+        tracing::info!(?overrides, "per-prefix cluster overrides set");
+        Ok(())
+    }
+
+    /// The per-prefix overrides: `(prefix, cluster)`, longest prefix first.
+    pub fn prefix_overrides(&self) -> Vec<(String, String)> {
+        let overrides = self.state.overrides.read();
+        overrides
+            .iter()
+            .filter_map(|(p, index)| {
+                let slot = self.state.table.get(*index)?;
+                Some((p.to_string(), slot.name().to_string()))
+            })
+            .collect()
+    }
+
     /// The current read mode.
     pub fn read_mode(&self) -> ReadMode {
         ReadMode::from_u8(self.state.read_mode.load(Ordering::Acquire))

@@ -88,6 +88,7 @@ impl AppliedDirective {
 pub struct RegistrySync {
     node_id: String,
     applied: watch::Receiver<i64>,
+    overrides_applied: watch::Receiver<i64>,
     last_applied: Arc<Mutex<Option<AppliedDirective>>>,
     duties: Mutex<Option<mpsc::UnboundedReceiver<CoordinatorDuty>>>,
     stop: watch::Sender<bool>,
@@ -132,6 +133,7 @@ impl RegistrySync {
         };
         let metrics = storage.metrics();
         let (applied_tx, applied) = watch::channel(0);
+        let (overrides_tx, overrides_applied) = watch::channel(0);
         let (duty_tx, duty_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
         let last_applied = Arc::new(Mutex::new(None));
@@ -148,11 +150,14 @@ impl RegistrySync {
             pending: None,
             undecided: None,
             orphan: None,
+            overrides: None,
+            overrides_applied: overrides_tx,
         };
         let task = tokio::spawn(worker.run(watcher, stop_rx));
         Ok(RegistrySync {
             node_id: node_id.to_owned(),
             applied,
+            overrides_applied,
             last_applied,
             duties: Mutex::new(Some(duty_rx)),
             stop,
@@ -181,6 +186,12 @@ impl RegistrySync {
     /// (`rx.wait_for(|e| *e >= epoch)`).
     pub fn applied_epoch_watch(&self) -> watch::Receiver<i64> {
         self.applied.clone()
+    }
+
+    /// The highest per-prefix override epoch this node applied (0: none yet),
+    /// as a watch: what a canary waits for on every node.
+    pub fn overrides_applied_watch(&self) -> watch::Receiver<i64> {
+        self.overrides_applied.clone()
     }
 
     /// The stream of duties this node must orchestrate; `Some` once (the
@@ -252,12 +263,21 @@ struct Worker {
     /// taken: taken if this node becomes the leader later (the leader that
     /// held it may have lost its session before finishing).
     orphan: Option<SwitchDirective>,
+    /// Per-prefix overrides not applied yet, and when to try again.
+    overrides: Option<(
+        bkswitch_registry::PrefixOverrides,
+        tokio::time::Instant,
+        Duration,
+    )>,
+    /// The highest override epoch applied (0: none).
+    overrides_applied: watch::Sender<i64>,
 }
 
 impl Worker {
     async fn run(mut self, mut watcher: RegistryWatcher, mut stop: watch::Receiver<bool>) {
         loop {
             let retry_at = self.pending.as_ref().map(|p| p.next_at);
+            let overrides_at = self.overrides.as_ref().map(|(_, at, _)| *at);
             tokio::select! {
                 biased;
                 changed = stop.changed() => {
@@ -273,6 +293,9 @@ impl Worker {
                     }
                 },
                 () = sleep_until(retry_at), if retry_at.is_some() => self.attempt().await,
+                () = sleep_until(overrides_at), if overrides_at.is_some() => {
+                    self.apply_overrides().await;
+                }
                 () = tokio::time::sleep(LEADER_POLL), if self.undecided.is_some() => {
                     if let Some(d) = self.undecided.take() {
                         self.coordinate(d);
@@ -321,6 +344,10 @@ impl Worker {
                     self.attempt().await;
                 }
             }
+            RegistryEvent::Overrides(map) => {
+                self.overrides = Some((map, tokio::time::Instant::now(), SYNC_RETRY_MIN));
+                self.apply_overrides().await;
+            }
             RegistryEvent::Resynced => {
                 self.metrics
                     .registry_resyncs
@@ -328,6 +355,45 @@ impl Worker {
                 tracing::info!(node = %self.node_id, "registry read again after reconnection");
             }
             other => tracing::debug!(event = ?other, "registry event ignored"),
+        }
+    }
+
+    /// Applies the pending per-prefix overrides to the storage (registering
+    /// their clusters for routing first); retried with backoff when a
+    /// cluster's client does not start. Until then new ledgers of those
+    /// prefixes keep the active cluster, which is safe (they are stamped
+    /// with it).
+    async fn apply_overrides(&mut self) {
+        let Some((map, _, backoff)) = self.overrides.take() else {
+            return;
+        };
+        for o in map.values() {
+            if !self.storage.clusters().iter().any(|(n, _)| *n == o.cluster) {
+                if let Ok(Some(rec)) = self.registry.get(&o.cluster).await {
+                    let _ = self
+                        .storage
+                        .add_cluster(&rec.name, &rec.metadata_service_uri);
+                }
+            }
+        }
+        let list: Vec<(String, String)> = map
+            .iter()
+            .map(|(p, o)| (p.clone(), o.cluster.clone()))
+            .collect();
+        match self.storage.set_prefix_overrides(&list).await {
+            Ok(()) => {
+                let epoch = map.values().map(|o| o.epoch).max().unwrap_or(0);
+                tracing::info!(node = %self.node_id, overrides = ?list, epoch,
+                    "per-prefix overrides applied");
+                self.overrides_applied.send_replace(epoch);
+            }
+            Err(e) => {
+                tracing::warn!(node = %self.node_id, error = %e,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "per-prefix overrides not applied; retrying");
+                let next = (backoff * 2).min(SYNC_RETRY_MAX);
+                self.overrides = Some((map, tokio::time::Instant::now() + backoff, next));
+            }
         }
     }
 

@@ -486,3 +486,80 @@ async fn initialize_through_the_storage_spi() {
     assert_eq!(storage.storage_classes().len(), 1);
     storage.close().await.unwrap();
 }
+
+/// S1 per managed ledger: a prefix override (a canary namespace) creates the
+/// new data and cursor ledgers of the managed ledgers under it on another
+/// cluster, stamped with it; every other managed ledger keeps the active
+/// cluster; the longest prefix wins; removing the overrides goes back to the
+/// active cluster; an unknown cluster is refused with nothing changed.
+#[tokio::test]
+async fn prefix_overrides_route_new_ledgers_of_a_namespace() {
+    let env = env(Duration::from_secs(5));
+    env.clusters
+        .get_or_create("bk-c")
+        .advance_ledger_id_to(5_000)
+        .unwrap();
+    env.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
+    env.storage.switch_active_cluster("bk-a").await.unwrap();
+    let canary = "tenant/canary/persistent/t";
+    let deeper = "tenant/canary/persistent/deep-t";
+    let other = "tenant/other/persistent/t";
+    let err = env
+        .storage
+        .set_prefix_overrides(&[("tenant/canary/".into(), "ghost".into())])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RouterError::UnknownCluster { .. }), "{err}");
+    assert!(env.storage.prefix_overrides().is_empty());
+    env.storage
+        .set_prefix_overrides(&[
+            ("tenant/canary/".into(), "bk-b".into()),
+            ("tenant/canary/persistent/deep".into(), "bk-c".into()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        env.storage.prefix_overrides(),
+        vec![
+            (
+                "tenant/canary/persistent/deep".to_owned(),
+                "bk-c".to_owned()
+            ),
+            ("tenant/canary/".to_owned(), "bk-b".to_owned()),
+        ]
+    );
+    for (name, cluster) in [(canary, "bk-b"), (deeper, "bk-c"), (other, "bk-a")] {
+        let ml = env.factory().open(name, env.config()).await.unwrap();
+        let p = ml.append("x").await.unwrap();
+        assert!(
+            env.has(cluster, p.ledger_id),
+            "{name}: ledger {}",
+            p.ledger_id
+        );
+        let (info, _) = ml.metadata();
+        let last = info.ledger_info.last().unwrap();
+        assert_eq!(last.cluster_stamp().unwrap(), Some(cluster), "{name}");
+        let cursor = ml.open_cursor("sub").await.unwrap();
+        cursor.roll_cursor_ledger().await.unwrap();
+        assert!(env.has(cluster, cursor.cursor_ledger_id()), "{name} cursor");
+        ml.close().await.unwrap();
+    }
+    // Removed: the canary's next ledger is on the active cluster again (after
+    // the reverse idgen step: a managed ledger's ledger ids must keep
+    // increasing, and the managed ledger refuses one that does not), and
+    // what it wrote on bk-b still reads (routed by the stamp).
+    env.storage.set_prefix_overrides(&[]).await.unwrap();
+    env.clusters
+        .get("bk-a")
+        .unwrap()
+        .advance_ledger_id_to(10_000)
+        .unwrap();
+    let ml = env.factory().open(canary, env.config()).await.unwrap();
+    ml.rollover().await.unwrap();
+    let p = ml.append("y").await.unwrap();
+    assert!(env.has("bk-a", p.ledger_id));
+    let (info, _) = ml.metadata();
+    let first = info.ledger_info.first().unwrap().ledger_id;
+    let entries = ml.read_entries(Position::new(first, 0), 10).await.unwrap();
+    assert_eq!(payloads(&entries)[0], Bytes::from("x"));
+}

@@ -200,3 +200,68 @@ async fn directive_written_while_the_session_expired_is_applied_after_resync() {
     let mut duties = node.sync.take_duties().unwrap();
     assert_eq!(duties.try_recv().unwrap().epoch, d.epoch);
 }
+
+/// Per-prefix overrides written in the registry reach every node's router:
+/// a refused write (bad prefix, unknown or deprecated cluster) changes
+/// nothing; a cluster whose client does not start is retried; removing the
+/// override clears it everywhere.
+#[tokio::test]
+async fn prefix_overrides_reach_every_node_and_are_retried() {
+    let factory = Arc::new(FlakyFactory::new(MemoryClusters::new()));
+    let (first, nodes) = cluster_of(2, &factory).await;
+    let admin = Registry::new(Arc::new(first));
+    for (prefix, cluster) in [
+        ("tenant", "bk-b"),
+        ("/tenant/ns/", "bk-b"),
+        ("tenant/ns/", "ghost"),
+    ] {
+        assert!(admin
+            .set_prefix_override(prefix, cluster, None)
+            .await
+            .is_err());
+    }
+    assert!(admin.prefix_overrides().await.unwrap().0.is_empty());
+
+    factory.fail("memory://bk-b");
+    let o = admin
+        .set_prefix_override("tenant/canary/", "bk-b", Some("node-1"))
+        .await
+        .unwrap();
+    assert_eq!(o.epoch, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    for n in &nodes {
+        assert!(
+            n.storage.prefix_overrides().is_empty(),
+            "not applied while bk-b is down"
+        );
+    }
+    factory.heal("memory://bk-b");
+    for n in &nodes {
+        let mut w = n.sync.overrides_applied_watch();
+        tokio::time::timeout(std::time::Duration::from_secs(10), w.wait_for(|e| *e >= 1))
+            .await
+            .expect("applied")
+            .unwrap();
+        assert_eq!(
+            n.storage.prefix_overrides(),
+            vec![("tenant/canary/".to_owned(), "bk-b".to_owned())]
+        );
+    }
+    let removed = admin
+        .remove_prefix_override("tenant/canary/")
+        .await
+        .unwrap();
+    assert_eq!(removed.map(|o| o.cluster).as_deref(), Some("bk-b"));
+    assert!(admin
+        .remove_prefix_override("tenant/canary/")
+        .await
+        .unwrap()
+        .is_none());
+    for n in &nodes {
+        settle("override removed", || {
+            n.storage.prefix_overrides().is_empty()
+        })
+        .await;
+        n.sync.stop().await;
+    }
+}

@@ -95,8 +95,9 @@ async fn resolve_and_supply_allocate_nothing() {
             let c = router.resolve_cursor(&cursor).unwrap();
             let d = schema.resolve(&position).unwrap();
             let e = router.active_client();
+            let f = router.active_client_for("tenant/ns/persistent/topic");
             assert_eq!(a.cluster_name().len() + b.cluster_name().len(), 8);
-            drop((a, b, c, d, e));
+            drop((a, b, c, d, e, f));
         }
     };
     run(); // warm up: anything initialized lazily on first use

@@ -50,7 +50,7 @@ impl Ctx {
     /// S1: the client a new ledger is created on.
     pub(crate) fn creation_client(&self) -> Arc<dyn BookKeeper> {
         match &self.config.hooks.active_client {
-            Some(supplier) => supplier.active_client(),
+            Some(supplier) => supplier.active_client_for(&self.name),
             None => self.client.clone(),
         }
     }

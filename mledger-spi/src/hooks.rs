@@ -29,6 +29,17 @@ use bkswitch_proto::ml::ManagedCursorInfo;
 pub trait ActiveClientSupplier: Send + Sync + Debug {
     /// The client new ledgers are created on now.
     fn active_client(&self) -> Arc<dyn BookKeeper>;
+
+    /// The client new ledgers of the managed ledger `managed_ledger` (its
+    /// name, `tenant/namespace/domain/topic`) are created on now: what a
+    /// per-prefix override (a canary namespace moved first) routes. The
+    /// default is [`active_client`](Self::active_client). Same contract:
+    /// cheap, never blocking, consulted at every data- and cursor-ledger
+    /// creation of that managed ledger.
+    fn active_client_for(&self, managed_ledger: &str) -> Arc<dyn BookKeeper> {
+        let _ = managed_ledger;
+        self.active_client()
+    }
 }
 
 /// S2 — the client that holds an existing data ledger.

@@ -32,6 +32,9 @@ pub enum RegistryEvent {
     /// A switch directive with an epoch newer than every one reported before
     /// (also reported for the directive present when the watcher starts).
     Directive(SwitchDirective),
+    /// The per-prefix overrides changed (also reported, when there are any,
+    /// when the watcher starts): the whole set, prefix → override.
+    Overrides(crate::PrefixOverrides),
     /// The store reconnected or opened a new session and the registry was read
     /// again; the events reported before this one reflect the state read.
     Resynced,
@@ -102,6 +105,7 @@ impl Registry {
             self.root.clone(),
             self.path("switch-target"),
             self.path("active"),
+            self.path("overrides"),
         ] {
             let stream = self.store.watch(&path).await?;
             forwarders.spawn(forward(stream, itx.clone()));
@@ -114,6 +118,7 @@ impl Registry {
             record_watches: HashMap::new(),
             records: BTreeMap::new(),
             epoch: None,
+            overrides: crate::PrefixOverrides::new(),
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let first = state.refresh().await?;
@@ -147,6 +152,8 @@ struct WatchState {
     record_watches: HashMap<String, AbortHandle>,
     records: BTreeMap<String, ClusterRecord>,
     epoch: Option<i64>,
+    /// The overrides last reported (none before the first report).
+    overrides: crate::PrefixOverrides,
 }
 
 impl WatchState {
@@ -319,6 +326,12 @@ impl WatchState {
             }
         }
         self.records = now;
+        // Overrides after the records: the clusters they name are known.
+        let (overrides, _) = self.registry.prefix_overrides().await?;
+        if overrides != self.overrides {
+            self.overrides = overrides.clone();
+            events.push(RegistryEvent::Overrides(overrides));
+        }
         events.extend(self.newer(directive));
         Ok(events)
     }

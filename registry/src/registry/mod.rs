@@ -20,7 +20,10 @@ use crate::uri::ClusterUri;
 
 mod active;
 mod markers;
+mod overrides;
 mod register;
+
+pub use overrides::{validate_prefix, PrefixOverride, PrefixOverrides};
 
 /// Default registry root in the broker metadata store.
 pub const DEFAULT_ROOT: &str = "/admin/bookie-clusters";
@@ -34,6 +37,7 @@ pub const RESERVED_NAMES: &[&str] = &[
     "active",
     "precheck",
     "status",
+    "overrides",
     URI_INDEX,
     // Path segments of the admin REST API (`/admin/v2/bookie-clusters/<segment>`):
     // a cluster with one of these names could not be addressed.
