@@ -348,6 +348,46 @@ impl AdminClient {
             .await
     }
 
+    /// `POST /overrides`: starts the canary of `prefix` on `cluster`.
+    ///
+    /// # Errors
+    ///
+    /// As [`switch`](Self::switch), scoped to the prefix.
+    pub async fn set_override(
+        &self,
+        prefix: &str,
+        cluster: &str,
+    ) -> Result<SwitchStatus, ClientError> {
+        let body = crate::wire::OverrideRequest {
+            prefix: prefix.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        self.call(Method::POST, "/overrides", Some(to_body(&body)))
+            .await
+    }
+
+    /// `POST /overrides/remove`: ends (rolls back) the canary of `prefix`.
+    ///
+    /// # Errors
+    ///
+    /// As [`rollback`](Self::rollback).
+    pub async fn remove_override(&self, prefix: &str) -> Result<SwitchStatus, ClientError> {
+        let body = crate::wire::RemoveOverrideRequest {
+            prefix: prefix.to_owned(),
+        };
+        self.call(Method::POST, "/overrides/remove", Some(to_body(&body)))
+            .await
+    }
+
+    /// `GET /overrides`: every override with its canary's status (raw JSON).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError`]s.
+    pub async fn list_overrides(&self) -> Result<serde_json::Value, ClientError> {
+        self.call(Method::GET, "/overrides", None).await
+    }
+
     /// `GET /status`: the answering node's view and the switch it knows of.
     ///
     /// # Errors

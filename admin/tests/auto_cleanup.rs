@@ -211,3 +211,42 @@ async fn a_rolled_back_switch_loses_its_target_copies_by_itself() {
     );
     node.stop().await;
 }
+
+/// A canary's old copies go by themselves too after the dual-read timeout,
+/// and its cleanup never flips the clusters' statuses (`old` stays ACTIVE:
+/// only the prefix moved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_is_cleaned_up_by_itself_without_flipping_statuses() {
+    let (node, clusters) = node(Duration::from_millis(500), Duration::from_secs(1)).await;
+    node.register_cluster("new", "memory://new", ClusterStatus::Standby)
+        .await
+        .unwrap();
+    let st = node.set_override("tenant/ns/", "new").await.unwrap();
+    let canary = node.orchestrator().for_prefix("tenant/ns/");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !canary.status(&st.switch_id).await.unwrap().phase.is_built() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The three cursors under the prefix (the schemas, `auto-<t>`, are not).
+    let copies = canary.cleanup_targets(&st.switch_id).await.unwrap();
+    assert_eq!(copies.len(), 3, "{copies:?}");
+    let old = clusters.get("old").unwrap();
+    loop {
+        if canary.status(&st.switch_id).await.unwrap().phase == Phase::Done {
+            break;
+        }
+        assert!(Instant::now() < deadline + Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(copies.iter().all(|t| !old.contains_ledger(t.ledger_id)));
+    assert_eq!(
+        node.registry().active().await.unwrap().as_deref(),
+        Some("old")
+    );
+    assert_eq!(
+        node.registry().get("new").await.unwrap().unwrap().status,
+        ClusterStatus::Standby
+    );
+    node.stop().await;
+}

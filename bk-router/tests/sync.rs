@@ -216,7 +216,7 @@ async fn prefix_overrides_reach_every_node_and_are_retried() {
         ("tenant/ns/", "ghost"),
     ] {
         assert!(admin
-            .set_prefix_override(prefix, cluster, None)
+            .set_prefix_override(prefix, cluster, None, 0)
             .await
             .is_err());
     }
@@ -224,7 +224,7 @@ async fn prefix_overrides_reach_every_node_and_are_retried() {
 
     factory.fail("memory://bk-b");
     let o = admin
-        .set_prefix_override("tenant/canary/", "bk-b", Some("node-1"))
+        .set_prefix_override("tenant/canary/", "bk-b", Some("node-1"), 0)
         .await
         .unwrap();
     assert_eq!(o.epoch, 1);

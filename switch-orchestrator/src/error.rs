@@ -51,6 +51,17 @@ pub enum OrchestratorError {
         /// Its phase.
         phase: String,
     },
+    /// A cluster-wide switch was asked while canaries (per-prefix overrides)
+    /// exist.
+    #[error(
+        "per-prefix overrides exist ({prefixes}); a cluster-wide switch would leave them \
+         pointing elsewhere: finish each canary by removing its override (its rollback), then \
+         switch the whole cluster. Nothing was written"
+    )]
+    OverridesExist {
+        /// The prefixes, comma separated.
+        prefixes: String,
+    },
     /// No switch with this id is recorded.
     #[error("no switch `{switch_id}` is recorded; list the switches with `current_status`")]
     NoSuchSwitch {

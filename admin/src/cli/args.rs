@@ -125,6 +125,24 @@ pub enum Command {
         #[arg(long)]
         name: String,
     },
+    /// Canary: move one namespace (or topic prefix) to another cluster first
+    /// (its new ledgers, schema and cursor ledgers), everything else stays.
+    SetOverride {
+        /// The prefix, `tenant/namespace/` or a longer topic prefix.
+        #[arg(long)]
+        prefix: String,
+        /// The cluster.
+        #[arg(long)]
+        cluster: String,
+    },
+    /// End a canary: roll the prefix back to the active cluster.
+    RemoveOverride {
+        /// The prefix.
+        #[arg(long)]
+        prefix: String,
+    },
+    /// List the per-prefix overrides and their canaries.
+    ListOverrides,
     /// Switch new ledgers to another cluster and migrate metadata ledgers.
     Switch {
         /// The cluster to switch to.

@@ -61,6 +61,35 @@ pub(super) async fn execute(
         Command::Unregister { name } => unregister(client, &name, out, json).await,
         Command::Precheck { name } => precheck(client, &name, out, json).await,
         Command::Switch { target } => switch(client, &target, out, json).await,
+        Command::SetOverride { prefix, cluster } => {
+            let status = client.set_override(&prefix, &cluster).await?;
+            answer(out, json, status.raw(), |out| {
+                writeln!(out, "canary of '{prefix}' on '{cluster}' accepted")?;
+                write_switch(out, &status)
+            })
+        }
+        Command::RemoveOverride { prefix } => {
+            let status = client.remove_override(&prefix).await?;
+            answer(out, json, status.raw(), |out| {
+                writeln!(out, "canary of '{prefix}' rolled back")?;
+                write_switch(out, &status)
+            })
+        }
+        Command::ListOverrides => {
+            let list = client.list_overrides().await?;
+            answer(out, json, &list, |out| {
+                for o in list.as_array().into_iter().flatten() {
+                    writeln!(
+                        out,
+                        "{}  {}  {}",
+                        o["prefix"].as_str().unwrap_or_default(),
+                        o["cluster"].as_str().unwrap_or_default(),
+                        o["switch"]["phase"].as_str().unwrap_or("-")
+                    )?;
+                }
+                Ok(())
+            })
+        }
         Command::Status {
             watch: true,
             interval_ms,

@@ -202,3 +202,44 @@ pub(super) async fn metrics(Live(node): Live, headers: axum::http::HeaderMap) ->
     };
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
+
+/// `GET /overrides`: every per-prefix override with its canary's status.
+pub(super) async fn list_overrides(Live(node): Live) -> ApiResult<Response> {
+    let list: Vec<serde_json::Value> = node
+        .overrides()
+        .await?
+        .into_iter()
+        .map(|(prefix, o, st)| {
+            serde_json::json!({
+                "prefix": prefix,
+                "cluster": o.cluster,
+                "epoch": o.epoch,
+                "origin": o.origin,
+                "ts": o.ts,
+                "switch": st.map(SwitchStatus::from),
+            })
+        })
+        .collect();
+    Ok(Json(list).into_response())
+}
+
+/// `POST /overrides`: starts the canary of a prefix.
+pub(super) async fn set_override(
+    Live(node): Live,
+    ApiJson(body): ApiJson<crate::wire::OverrideRequest>,
+) -> ApiResult<Response> {
+    bkswitch_registry::validate_prefix(&body.prefix)
+        .map_err(|e| ApiError::invalid(Some("prefix"), e.to_string()))?;
+    checked_name(&body.cluster).map_err(|e| e.with_field("cluster"))?;
+    let status = node.set_override(&body.prefix, &body.cluster).await?;
+    Ok(Json(SwitchStatus::from(status)).into_response())
+}
+
+/// `POST /overrides/remove`: ends (rolls back) the canary of a prefix.
+pub(super) async fn remove_override(
+    Live(node): Live,
+    ApiJson(body): ApiJson<crate::wire::RemoveOverrideRequest>,
+) -> ApiResult<Response> {
+    let status = node.remove_override(&body.prefix).await?;
+    Ok(Json(SwitchStatus::from(status)).into_response())
+}

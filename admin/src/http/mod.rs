@@ -69,6 +69,8 @@ fn router(node: &Node) -> Router {
         .route(&p("/cleanup"), post(cleanup))
         .route(&p("/precheck/{name}"), get(precheck))
         .route(&p("/close-client/{name}"), post(close_client))
+        .route(&p("/overrides"), get(list_overrides).post(set_override))
+        .route(&p("/overrides/remove"), post(remove_override))
         .route(
             &p("/{name}"),
             get(get_cluster).post(register).delete(unregister),

@@ -37,7 +37,7 @@ pub(super) async fn coordinate(
 /// fails for good); `false` when the node stopped meanwhile. A rollback's
 /// directive resumes the switch it rolls back (an interrupted rollback is
 /// finished; a finished one returns at once).
-async fn run_switch(
+pub(super) async fn run_switch(
     node_id: &str,
     orchestrator: &Orchestrator,
     metrics: &NodeMetrics,
@@ -135,13 +135,25 @@ pub(super) async fn clean_up_by_itself(
         if !node.sync().is_leader() {
             continue;
         }
-        match node.orchestrator().auto_cleanup().await {
-            Ok(Some(report)) => tracing::info!(node = %node.node_id(),
-                deleted = report.targets.len(), remaining = report.remaining,
-                phase = %report.phase, "automatic cleanup pass"),
-            Ok(None) => {}
+        // The cluster-wide switch, then every canary (its old copies).
+        let mut coordinators = vec![node.orchestrator().clone()];
+        match node.orchestrator().canary_prefixes().await {
+            Ok(prefixes) => {
+                coordinators.extend(prefixes.iter().map(|p| node.orchestrator().for_prefix(p)))
+            }
             Err(e) => tracing::warn!(node = %node.node_id(), error = %e,
-                "automatic cleanup pass failed; retried at the next interval"),
+                "listing the canaries for the automatic cleanup"),
+        }
+        for orch in coordinators {
+            match orch.auto_cleanup().await {
+                Ok(Some(report)) => tracing::info!(node = %node.node_id(),
+                    canary = orch.scope().unwrap_or(""),
+                    deleted = report.targets.len(), remaining = report.remaining,
+                    phase = %report.phase, "automatic cleanup pass"),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(node = %node.node_id(), error = %e,
+                    "automatic cleanup pass failed; retried at the next interval"),
+            }
         }
     }
 }

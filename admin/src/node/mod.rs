@@ -39,8 +39,8 @@ use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory};
 use bkswitch_mledger_spi::ManagedLedgerStorage;
 use bkswitch_registry::{ClusterRecord, ClusterStatus, ClusterUri, Registry, RegistryError};
 use bkswitch_switch_orchestrator::{
-    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator, Phase,
-    PromoteError,
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator,
+    OrchestratorError, Phase, PromoteError,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -299,6 +299,86 @@ impl Node {
             .registry()
             .register(name, metadata_service_uri, status)
             .await?)
+    }
+
+    /// Starts the canary of `prefix`: new ledgers of the managed ledgers
+    /// under it are created on `cluster` (every node applies the registry's
+    /// override), and their schema and cursor ledgers are copied and promoted
+    /// by this node (a switch scoped to the prefix, see
+    /// [`Orchestrator::for_prefix`]). Everything else stays where it is.
+    /// Returns the canary's status once started; the copy runs in the
+    /// background.
+    ///
+    /// # Errors
+    ///
+    /// As [`Orchestrator::start_switch`], scoped: a bad prefix, an unknown or
+    /// deprecated cluster, a canary of the prefix in progress, the precheck.
+    pub async fn set_override(
+        &self,
+        prefix: &str,
+        cluster: &str,
+    ) -> Result<bkswitch_switch_orchestrator::SwitchStatus, NodeError> {
+        let canary = self.orchestrator().for_prefix(prefix);
+        let status = canary.start_switch(cluster, Some(self.node_id())).await?;
+        let node_id = self.node_id().to_owned();
+        let metrics = self.inner.metrics.clone();
+        let stop = self.inner.stop.subscribe();
+        let epoch = status.epoch;
+        self.inner.tasks.lock().push(tokio::spawn(async move {
+            duties::run_switch(&node_id, &canary, &metrics, epoch, &stop).await;
+        }));
+        Ok(status)
+    }
+
+    /// Ends the canary of `prefix` by rolling it back: the override is
+    /// removed (new ledgers of the prefix go to the active cluster again) and
+    /// its promoted stamps flip back. Inside the rollback window, like any
+    /// rollback.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::NoSuchSwitch`] when the prefix has no canary; as
+    /// [`Orchestrator::rollback`].
+    pub async fn remove_override(
+        &self,
+        prefix: &str,
+    ) -> Result<bkswitch_switch_orchestrator::SwitchStatus, NodeError> {
+        let canary = self.orchestrator().for_prefix(prefix);
+        let Some(st) = canary.current_status().await? else {
+            return Err(OrchestratorError::NoSuchSwitch {
+                switch_id: format!("canary of `{prefix}`"),
+            }
+            .into());
+        };
+        Ok(canary.rollback(&st.switch_id).await?)
+    }
+
+    /// The per-prefix overrides with their canary's status.
+    ///
+    /// # Errors
+    ///
+    /// Registry and orchestrator read errors.
+    pub async fn overrides(
+        &self,
+    ) -> Result<
+        Vec<(
+            String,
+            bkswitch_registry::PrefixOverride,
+            Option<bkswitch_switch_orchestrator::SwitchStatus>,
+        )>,
+        NodeError,
+    > {
+        let (map, _) = self.registry().prefix_overrides().await?;
+        let mut out = Vec::new();
+        for (prefix, o) in map {
+            let st = self
+                .orchestrator()
+                .for_prefix(&prefix)
+                .current_status()
+                .await?;
+            out.push((prefix, o, st));
+        }
+        Ok(out)
     }
 
     /// Unregisters the bookie cluster `name`. Refused, with nothing written:

@@ -112,6 +112,15 @@ impl Node {
             )));
         }
         if let Some(rate) = inner.config.forced_rollover_rate {
+            // After a canary's override changes too: the topics under its
+            // prefix move at their next ledger.
+            tasks.push(tokio::spawn(roll_after_switch(
+                node_id.clone(),
+                inner.topics.clone(),
+                rate,
+                inner.sync.overrides_applied_watch(),
+                stop.clone(),
+            )));
             tasks.push(tokio::spawn(roll_after_switch(
                 node_id,
                 inner.topics.clone(),

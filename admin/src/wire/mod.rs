@@ -44,8 +44,8 @@ pub use cleanup::{CleanupFailure, CleanupReport, CleanupTargets};
 pub use error::ErrorBody;
 pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
 pub use requests::{
-    CleanupRequest, ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest,
-    SwitchRequest,
+    CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,
+    RemoveOverrideRequest, RollbackRequest, SwitchRequest,
 };
 pub use status::{NodeStatus, SwitchFailure, SwitchStatus};
 

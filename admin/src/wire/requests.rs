@@ -90,3 +90,22 @@ mod read_mode_serde {
         })
     }
 }
+
+/// Body of `POST /overrides`: start the canary of a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OverrideRequest {
+    /// The managed-ledger prefix (`tenant/namespace/` or a longer topic
+    /// prefix).
+    pub prefix: String,
+    /// The cluster its new ledgers are created on.
+    pub cluster: String,
+}
+
+/// Body of `POST /overrides/remove`: end (roll back) the canary of a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveOverrideRequest {
+    /// The prefix.
+    pub prefix: String,
+}

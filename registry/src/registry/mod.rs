@@ -38,6 +38,7 @@ pub const RESERVED_NAMES: &[&str] = &[
     "precheck",
     "status",
     "overrides",
+    "canaries",
     URI_INDEX,
     // Path segments of the admin REST API (`/admin/v2/bookie-clusters/<segment>`):
     // a cluster with one of these names could not be addressed.

@@ -83,7 +83,10 @@ impl Registry {
 
     /// Sets (or replaces) the override of `prefix` to `cluster`, with one
     /// compare-and-set (retried on a concurrent change). The cluster must be
-    /// registered and not DEPRECATED. Returns the override written.
+    /// registered and not DEPRECATED. Its epoch is above every override's and
+    /// above `after` (the caller's last epoch for the prefix, so that a
+    /// prefix set again after its removal never reuses one). Returns the
+    /// override written.
     ///
     /// # Errors
     ///
@@ -95,6 +98,7 @@ impl Registry {
         prefix: &str,
         cluster: &str,
         origin: Option<&str>,
+        after: i64,
     ) -> Result<PrefixOverride> {
         validate_prefix(prefix)?;
         let Some(rec) = self.get(cluster).await? else {
@@ -110,7 +114,7 @@ impl Registry {
         let path = self.overrides_path();
         for _ in 0..MAX_CAS_ATTEMPTS {
             let (mut map, version) = self.prefix_overrides().await?;
-            let epoch = map.values().map(|o| o.epoch).max().unwrap_or(0) + 1;
+            let epoch = map.values().map(|o| o.epoch).max().unwrap_or(0).max(after) + 1;
             let written = PrefixOverride {
                 cluster: cluster.to_owned(),
                 epoch,

@@ -123,7 +123,8 @@ impl Orchestrator {
         if remaining == 0 {
             let records = self.list_ledgers(switch_id).await?;
             let (counts, failures) = summarize(&records);
-            if sw.rollback_epoch.is_none() {
+            // A canary moves a prefix, not the cluster: statuses stay.
+            if sw.rollback_epoch.is_none() && self.scope().is_none() {
                 fail_point!("orchestrator::status_flip");
                 self.inner.registry.promote_active(&sw.target).await?;
             }

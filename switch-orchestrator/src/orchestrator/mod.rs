@@ -28,7 +28,8 @@ use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, Phase, SwitchRecord, SwitchStatus,
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, Phase, SwitchRecord,
+    SwitchStatus,
 };
 use crate::owners::{ClusterClients, TopicOwners};
 use crate::usage::{usage, ClusterUsage};
@@ -186,6 +187,9 @@ struct Inner {
     already_present: AtomicU64,
     /// This coordinator's identity in switch leases.
     instance: String,
+    /// A canary: the managed-ledger (and schema id) prefix this coordinator
+    /// moves; `None` for cluster-wide switches.
+    scope: Option<String>,
 }
 
 /// The switch coordinator; see the [crate docs](crate). Cheap to clone.
@@ -256,7 +260,82 @@ impl Orchestrator {
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
                 instance: new_instance_id(),
+                scope: None,
             }),
+        }
+    }
+
+    /// The coordinator of the canary of `prefix`: the same switch, scoped to
+    /// the managed ledgers (and schema ids) that start with `prefix`. Its
+    /// switch writes the registry's per-prefix override instead of the
+    /// cluster-wide directive, its rollback removes it, its cleanup never
+    /// flips the clusters' statuses, and its records live under
+    /// `<registry root>/canaries/<hex of the prefix>`.
+    pub fn for_prefix(&self, prefix: &str) -> Orchestrator {
+        let shared = &self.inner;
+        Orchestrator {
+            inner: Arc::new(Inner {
+                store: shared.store.clone(),
+                registry: shared.registry.clone(),
+                clients: shared.clients.clone(),
+                owners: shared.owners.clone(),
+                config: shared.config.clone(),
+                idgen: shared.idgen.clone(),
+                lock: tokio::sync::Mutex::new(()),
+                copied: AtomicU64::new(0),
+                already_present: AtomicU64::new(0),
+                instance: new_instance_id(),
+                scope: Some(prefix.to_owned()),
+            }),
+        }
+    }
+
+    /// The prefixes of every canary recorded under the registry (running,
+    /// finished, rolled back or absorbed by a cluster-wide switch).
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::Metadata`].
+    pub async fn canary_prefixes(&self) -> Result<Vec<String>> {
+        let root = format!("{}/canaries", self.inner.registry.root());
+        let names = self
+            .inner
+            .store
+            .children(&root)
+            .await
+            .map_err(|e| OrchestratorError::metadata(format!("listing `{root}`"), e))?;
+        Ok(names
+            .iter()
+            .filter_map(|hex| {
+                let bytes: Option<Vec<u8>> = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                    .collect();
+                String::from_utf8(bytes?).ok()
+            })
+            .collect())
+    }
+
+    /// The canary prefix of this coordinator, if it is one.
+    pub fn scope(&self) -> Option<&str> {
+        self.inner.scope.as_deref()
+    }
+
+    /// Whether `f` is within this coordinator's scope.
+    pub(crate) fn in_scope(&self, f: &crate::scan::Found) -> bool {
+        let Some(prefix) = self.inner.scope.as_deref() else {
+            return true;
+        };
+        match f.kind {
+            LedgerKind::Cursor => f
+                .managed_ledger
+                .as_deref()
+                .is_some_and(|ml| ml.starts_with(prefix)),
+            LedgerKind::Schema => f
+                .owner_path
+                .strip_prefix(crate::scan::SCHEMAS_ROOT)
+                .and_then(|p| p.strip_prefix('/'))
+                .is_some_and(|id| id.starts_with(&schema_prefix(prefix))),
         }
     }
 
@@ -273,6 +352,7 @@ impl Orchestrator {
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
             instance: shared.instance.clone(),
+            scope: shared.scope.clone(),
         });
         Orchestrator {
             inner: Arc::new(Inner { idgen, ..inner }),
@@ -294,7 +374,13 @@ impl Orchestrator {
 
     /// `<registry root>/orchestrator`.
     pub fn records_root(&self) -> String {
-        format!("{}/orchestrator", self.inner.registry.root())
+        match &self.inner.scope {
+            None => format!("{}/orchestrator", self.inner.registry.root()),
+            Some(prefix) => {
+                let hex: String = prefix.bytes().map(|b| format!("{b:02x}")).collect();
+                format!("{}/canaries/{hex}", self.inner.registry.root())
+            }
+        }
     }
 
     /// Every recorded switch id, by ascending epoch.
@@ -589,6 +675,21 @@ impl Orchestrator {
     }
 }
 
+/// The schema-id prefix of a managed-ledger prefix: schema ids are
+/// `tenant/namespace/topic`, without the managed ledger's domain segment
+/// (`persistent`), which is dropped when the prefix names it.
+fn schema_prefix(prefix: &str) -> String {
+    let mut parts: Vec<&str> = prefix.splitn(4, '/').collect();
+    if parts.len() >= 3 && matches!(parts[2], "persistent" | "non-persistent") {
+        parts.remove(2);
+        if parts.len() == 2 {
+            // `tenant/ns/persistent` or `tenant/ns/persistent/`: the namespace.
+            return format!("{}/{}/", parts[0], parts[1]);
+        }
+    }
+    parts.join("/")
+}
+
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -611,4 +712,21 @@ fn new_instance_id() -> String {
         now_ms(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::schema_prefix;
+
+    #[test]
+    fn schema_ids_have_no_domain_segment() {
+        assert_eq!(schema_prefix("tenant/ns/"), "tenant/ns/");
+        assert_eq!(
+            schema_prefix("tenant/ns/persistent/orders-"),
+            "tenant/ns/orders-"
+        );
+        assert_eq!(schema_prefix("tenant/ns/persistent/"), "tenant/ns/");
+        assert_eq!(schema_prefix("tenant/ns/non-persistent/x"), "tenant/ns/x");
+        assert_eq!(schema_prefix("tenant/ns/orders-"), "tenant/ns/orders-");
+    }
 }

@@ -114,7 +114,9 @@ impl Orchestrator {
         while let Some(page) = pages.next(store, BUILD_PAGE).await? {
             let mut pending = Vec::new();
             for f in page {
-                if f.cluster(ctx.bootstrap.as_deref()) != Some(ctx.source.as_str()) {
+                if f.cluster(ctx.bootstrap.as_deref()) != Some(ctx.source.as_str())
+                    || !self.in_scope(&f)
+                {
                     continue;
                 }
                 if !self.has_ledger_record(&ctx.id, f.kind, f.ledger_id).await? {

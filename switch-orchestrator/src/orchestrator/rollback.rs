@@ -26,6 +26,20 @@ impl Orchestrator {
         if sw.phase == Phase::RolledBack {
             return self.status(switch_id).await;
         }
+        if let (Some(prefix), None) = (self.scope(), sw.rollback_epoch) {
+            let (overrides, _) = self.inner.registry.prefix_overrides().await?;
+            if !overrides.contains_key(prefix) {
+                return Err(OrchestratorError::WrongPhase {
+                    switch_id: switch_id.to_owned(),
+                    phase: sw.phase.to_string(),
+                    reason: format!(
+                        "the canary of `{prefix}` was absorbed by a cluster-wide switch to \
+                         `{}`; roll that switch back instead",
+                        sw.target
+                    ),
+                });
+            }
+        }
         if sw.phase == Phase::Switched {
             if let Some(deadline) = sw.rollback_deadline {
                 if now_ms() >= deadline {
@@ -57,13 +71,22 @@ impl Orchestrator {
             .await?;
         if sw.rollback_epoch.is_none() {
             fail_point!("orchestrator::rollback_directive");
-            let d = self
-                .inner
-                .registry
-                .write_directive(&sw.source, sw.origin.as_deref())
-                .await?;
+            let epoch = match self.scope() {
+                // A canary goes back by removing its override.
+                Some(prefix) => {
+                    self.inner.registry.remove_prefix_override(prefix).await?;
+                    sw.epoch
+                }
+                None => {
+                    self.inner
+                        .registry
+                        .write_directive(&sw.source, sw.origin.as_deref())
+                        .await?
+                        .epoch
+                }
+            };
             sw = self
-                .update_switch(switch_id, |r| r.rollback_epoch = Some(d.epoch))
+                .update_switch(switch_id, |r| r.rollback_epoch = Some(epoch))
                 .await?;
         }
         // No client: flipping back touches the metadata only, so a target

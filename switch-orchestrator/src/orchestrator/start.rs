@@ -16,6 +16,9 @@ use crate::scan::Pages;
 impl Orchestrator {
     /// [`Orchestrator::start_switch`].
     pub(super) async fn start(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
+        if let Some(prefix) = self.inner.scope.clone() {
+            return self.start_canary(&prefix, target, origin).await;
+        }
         let _guard = self.inner.lock.lock().await;
         let registry = &self.inner.registry;
         let Some(record) = registry.get(target).await? else {
@@ -23,6 +26,34 @@ impl Orchestrator {
                 name: target.to_owned(),
             });
         };
+        // Canaries: a cluster-wide switch to the cluster every override
+        // names finishes them (their prefixes are already there; the
+        // overrides are removed once the directive is written). Any other
+        // cluster-wide switch would leave an override pointing elsewhere.
+        let (overrides, _) = registry.prefix_overrides().await?;
+        let elsewhere: Vec<String> = overrides
+            .iter()
+            .filter(|(_, o)| o.cluster != target)
+            .map(|(p, o)| format!("{p} → {}", o.cluster))
+            .collect();
+        if !elsewhere.is_empty() {
+            return Err(OrchestratorError::OverridesExist {
+                prefixes: elsewhere.join(", "),
+            });
+        }
+        // A canary still copying or promoting would race this switch over
+        // the same ledgers.
+        for prefix in overrides.keys() {
+            if let Some(st) = self.for_prefix(prefix).current_status().await? {
+                if !st.phase.is_built() || st.phase == Phase::RollingBack {
+                    return Err(OrchestratorError::SwitchInProgress {
+                        switch_id: format!("canary {} of `{prefix}`", st.switch_id),
+                        target: st.target,
+                        phase: st.phase.to_string(),
+                    });
+                }
+            }
+        }
         // The directive as validated: the directive write below is a CAS
         // against this version, so two nodes starting switches at once cannot
         // both write one (the loser's CAS fails and nothing is written).
@@ -112,6 +143,12 @@ impl Orchestrator {
             Some((d, _)) if d.target == target => d,
             seen => self.put_directive(seen, target, origin).await?,
         };
+        // Every node now creates new ledgers on `target`: the canaries'
+        // overrides (all naming it) have nothing left to route.
+        for prefix in overrides.keys() {
+            registry.remove_prefix_override(prefix).await?;
+            tracing::info!(prefix, target, "canary absorbed by the cluster-wide switch");
+        }
         let id = directive.epoch.to_string();
         let now = now_ms();
         let rec = SwitchRecord {
@@ -135,6 +172,95 @@ impl Orchestrator {
         self.create_switch(&rec).await?;
         tracing::info!(switch_id = %id, source = %rec.source, target, "switch started");
         self.status(&id).await
+    }
+
+    /// A canary's start: the same checks as a cluster-wide switch (target
+    /// registered and not DEPRECATED, not the active cluster, nothing in
+    /// progress for this prefix, the idgen precheck over the prefix's ledgers,
+    /// the target's client starts), then the per-prefix override instead of
+    /// the directive, and the switch record.
+    async fn start_canary(
+        &self,
+        prefix: &str,
+        target: &str,
+        origin: Option<&str>,
+    ) -> Result<SwitchStatus> {
+        let _guard = self.inner.lock.lock().await;
+        let registry = &self.inner.registry;
+        bkswitch_registry::validate_prefix(prefix)?;
+        let Some(record) = registry.get(target).await? else {
+            return Err(OrchestratorError::UnknownCluster {
+                name: target.to_owned(),
+            });
+        };
+        if record.status == ClusterStatus::Deprecated {
+            return Err(OrchestratorError::ClusterDeprecated {
+                name: target.to_owned(),
+            });
+        }
+        let latest = match self.switch_ids().await?.pop() {
+            Some(id) => Some(self.load(&id).await?.0),
+            None => None,
+        };
+        let (overrides, _) = registry.prefix_overrides().await?;
+        if let (Some(o), Some(rec)) = (overrides.get(prefix), &latest) {
+            if o.cluster == target && rec.epoch == o.epoch {
+                return self.status(&rec.switch_id).await;
+            }
+        }
+        if let Some(rec) = &latest {
+            if !rec.phase.is_final() && rec.phase != Phase::RolledBack {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: rec.switch_id.clone(),
+                    target: rec.target.clone(),
+                    phase: rec.phase.to_string(),
+                });
+            }
+        }
+        let source = self.active_cluster().await?;
+        if source == target {
+            return Err(OrchestratorError::AlreadyActive {
+                name: target.to_owned(),
+            });
+        }
+        match self.precheck_from(&source, target).await? {
+            Ok(p) if p.ready => {}
+            Ok(p) if !self.inner.config.skip_idgen_precheck => {
+                return Err(OrchestratorError::PrecheckFailed(Box::new(p)))
+            }
+            Err(e) if !self.inner.config.skip_idgen_precheck => return Err(e.into()),
+            _ => {}
+        }
+        self.inner
+            .clients
+            .probe(target, &record.metadata_service_uri)
+            .await?;
+        let after = latest.as_ref().map_or(0, |r| r.epoch);
+        let o = registry
+            .set_prefix_override(prefix, target, origin, after)
+            .await?;
+        let now = now_ms();
+        let rec = SwitchRecord {
+            switch_id: o.epoch.to_string(),
+            epoch: o.epoch,
+            source,
+            target: target.to_owned(),
+            origin: o.origin.clone(),
+            phase: Phase::Build,
+            created_at: now,
+            updated_at: now,
+            switched_at: None,
+            rollback_deadline: None,
+            rollback_epoch: None,
+            cleanup_started: false,
+            finished_at: None,
+            precheck_passed: true,
+            counts: Counts::default(),
+            failures: Vec::new(),
+        };
+        self.create_switch(&rec).await?;
+        tracing::info!(prefix, switch_id = %rec.switch_id, target, "canary started");
+        self.status(&rec.switch_id).await
     }
 
     /// Writes the directive to switch to `target` that follows `seen` (the
@@ -228,7 +354,7 @@ impl Orchestrator {
         let mut pages = Pages::new();
         while let Some(page) = pages.next(store, 1024).await? {
             for f in page {
-                if f.cluster(bootstrap.as_deref()) != Some(source) {
+                if f.cluster(bootstrap.as_deref()) != Some(source) || !self.in_scope(&f) {
                     continue;
                 }
                 max = max.max(Some(f.ledger_id));
