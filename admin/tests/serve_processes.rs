@@ -177,6 +177,70 @@ async fn cursor_ledgers(store: &dyn MetadataStore, cluster: &str) -> BTreeMap<i6
     out
 }
 
+/// The operator's steps before a switch, through REST and the binary:
+/// register `new` STANDBY, read the precheck (not ready: its id generator is
+/// behind), advance the generator beyond the source's next id with
+/// `bookie-switch idgen`, and check the precheck is ready.
+async fn register_and_advance(admin: &AdminClient, new_uri: &str) {
+    admin
+        .register("new", new_uri, Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let pre = admin.precheck("new").await.unwrap();
+    assert!(!pre.ready, "{pre:?}");
+    let above = pre.source_next_ledger_id.unwrap() + 100;
+    let out = Command::new(BIN)
+        .args([
+            "idgen",
+            "--metadata-service-uri",
+            new_uri,
+            "--advance-beyond",
+            &above.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"advanced\":true"), "{stdout}");
+    assert!(admin.precheck("new").await.unwrap().ready);
+}
+
+/// Waits (up to 120 s) until the switch `admin` reports is settled, and
+/// checks it is SWITCHED with nothing failed and every ledger moved;
+/// `context` is printed when it does not settle.
+async fn wait_switched(admin: &AdminClient, context: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = admin.status().await.unwrap();
+        if let Some(sw) = st.switch() {
+            if sw.is_settled() {
+                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
+                let c = sw.counts();
+                assert_eq!(c.failed, 0, "{:?}", sw.raw());
+                assert_eq!(c.built, c.to_build, "{:?}", sw.raw());
+                assert_eq!(
+                    c.promoted + c.rollover_fallback + c.obsolete,
+                    c.to_build,
+                    "{:?}",
+                    sw.raw()
+                );
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "switch did not settle: {:?}\n{}",
+            st.raw(),
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_serve_processes_switch_between_real_clusters() {
     if !bkswitch_bk_harness::bk_available() {
@@ -206,62 +270,13 @@ async fn three_serve_processes_switch_between_real_clusters() {
     let admin = AdminClient::new(&nodes[0].url, ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));
-    admin
-        .register("new", &new_uri, Some(ClusterStatus::Standby))
-        .await
-        .unwrap();
-    let pre = admin.precheck("new").await.unwrap();
-    assert!(!pre.ready, "{pre:?}");
-    let above = pre.source_next_ledger_id.unwrap() + 100;
-
     // The operator's step, with the binary.
-    let out = Command::new(BIN)
-        .args([
-            "idgen",
-            "--metadata-service-uri",
-            &new_uri,
-            "--advance-beyond",
-            &above.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("\"advanced\":true"), "{stdout}");
-    assert!(admin.precheck("new").await.unwrap().ready);
+    register_and_advance(&admin, &new_uri).await;
 
     let before = cursor_ledgers(store.as_ref(), "old").await;
     assert_eq!(before.len(), 6, "{before:?}");
     admin.switch("new").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let st = admin.status().await.unwrap();
-        if let Some(sw) = st.switch() {
-            if sw.is_settled() {
-                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
-                let c = sw.counts();
-                assert_eq!(c.failed, 0, "{:?}", sw.raw());
-                assert_eq!(c.built, c.to_build, "{:?}", sw.raw());
-                assert_eq!(
-                    c.promoted + c.rollover_fallback + c.obsolete,
-                    c.to_build,
-                    "{:?}",
-                    sw.raw()
-                );
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "switch did not settle: {:?}",
-            st.raw()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_switched(&admin, String::new).await;
     // Every node swapped.
     for n in &nodes {
         let a = AdminClient::new(&n.url, ADMIN).unwrap();
@@ -351,28 +366,7 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
     let origin = AdminClient::new(&nodes[0].url, ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));
-    origin
-        .register("new", &new_uri, Some(ClusterStatus::Standby))
-        .await
-        .unwrap();
-    let above = origin
-        .precheck("new")
-        .await
-        .unwrap()
-        .source_next_ledger_id
-        .unwrap()
-        + 100;
-    let out = Command::new(BIN)
-        .args([
-            "idgen",
-            "--metadata-service-uri",
-            &new_uri,
-            "--advance-beyond",
-            &above.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    register_and_advance(&origin, &new_uri).await;
     let before = cursor_ledgers(store.as_ref(), "old").await;
     assert_eq!(before.len(), 6, "{before:?}");
 
@@ -395,32 +389,14 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
 
     // Converges without node-0: its session expires (4 s), the leader
     // adopts the duty.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let st = survivor.status().await.unwrap();
-        if let Some(sw) = st.switch() {
-            if sw.is_settled() {
-                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
-                let c = sw.counts();
-                assert_eq!(c.failed, 0, "{:?}", sw.raw());
-                assert_eq!(
-                    c.promoted + c.rollover_fallback + c.obsolete,
-                    c.to_build,
-                    "{:?}",
-                    sw.raw()
-                );
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the switch did not converge without its origin: {:?}\n{}\n{}",
-            st.raw(),
+    wait_switched(&survivor, || {
+        format!(
+            "the switch did not converge without its origin:\n{}\n{}",
             log_of(&nodes[0]),
             log_of(&nodes[1])
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        )
+    })
+    .await;
     let after = cursor_ledgers(store.as_ref(), "new").await;
     assert_eq!(after.len(), before.len(), "{after:?}");
     let took_over = nodes
@@ -521,42 +497,9 @@ async fn a_dedicated_coordinator_runs_the_switch_for_the_brokers() {
     let admin = AdminClient::new(&coordinator[0].url, ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));
-    admin
-        .register("new", &new_uri, Some(ClusterStatus::Standby))
-        .await
-        .unwrap();
-    let above = admin
-        .precheck("new")
-        .await
-        .unwrap()
-        .source_next_ledger_id
-        .unwrap()
-        + 100;
-    let out = Command::new(BIN)
-        .args([
-            "idgen",
-            "--metadata-service-uri",
-            &new_uri,
-            "--advance-beyond",
-            &above.to_string(),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    register_and_advance(&admin, &new_uri).await;
     admin.switch("new").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let st = admin.status().await.unwrap();
-        if let Some(sw) = st.switch() {
-            if sw.is_settled() {
-                assert_eq!(sw.phase_name(), Some("SWITCHED"), "{:?}", sw.raw());
-                assert_eq!(sw.counts().failed, 0, "{:?}", sw.raw());
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "{:?}", st.raw());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_switched(&admin, || log_of(&coordinator[0])).await;
     let duties = |url: String| async move {
         let (code, text) = raw("GET", &format!("{url}/metrics"), None, None).await;
         assert_eq!(code, 200);

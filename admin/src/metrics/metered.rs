@@ -97,6 +97,14 @@ struct MeteredClient {
     ops: Ops,
 }
 
+impl MeteredClient {
+    /// Records an open that started at `t` and wraps its handle.
+    fn opened(&self, t: Instant, r: Result<Arc<dyn ReadHandle>>) -> Result<Arc<dyn ReadHandle>> {
+        record(&self.ops.open, t, &r);
+        Ok(Arc::new(Metered::new(r?, &self.ops)))
+    }
+}
+
 #[async_trait]
 impl BookKeeper for MeteredClient {
     fn cluster_name(&self) -> &str {
@@ -132,8 +140,7 @@ impl BookKeeper for MeteredClient {
             .inner
             .open_ledger(ledger_id, digest_type, password)
             .await;
-        record(&self.ops.open, t, &r);
-        Ok(Arc::new(Metered::new(r?, &self.ops)))
+        self.opened(t, r)
     }
 
     async fn open_ledger_no_recovery(
@@ -147,8 +154,7 @@ impl BookKeeper for MeteredClient {
             .inner
             .open_ledger_no_recovery(ledger_id, digest_type, password)
             .await;
-        record(&self.ops.open, t, &r);
-        Ok(Arc::new(Metered::new(r?, &self.ops)))
+        self.opened(t, r)
     }
 
     async fn delete_ledger(&self, ledger_id: LedgerId) -> Result<()> {
