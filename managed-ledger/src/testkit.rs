@@ -70,6 +70,10 @@ pub enum InjectedFailure {
     Unavailable,
     /// A [`MetadataError::BadVersion`] conflict (the write is not applied).
     BadVersion,
+    /// An **ambiguous** write: the inner store applies it, then the caller gets
+    /// a retryable [`MetadataError::Unavailable`], as when a ZooKeeper
+    /// connection drops after the server committed the write.
+    AppliedThenUnavailable,
 }
 
 #[derive(Debug, Default)]
@@ -81,7 +85,8 @@ struct Faults {
 /// A [`MetadataStore`] wrapper recording every write and injecting failures.
 ///
 /// Reads pass through unrecorded. Injected failures are returned without
-/// calling the inner store.
+/// calling the inner store, except [`InjectedFailure::AppliedThenUnavailable`],
+/// which applies the write first (an ambiguous write).
 #[derive(Debug)]
 pub struct RecordingStore {
     inner: Arc<dyn MetadataStore>,
@@ -166,6 +171,11 @@ impl RecordingStore {
                 path: path.to_owned(),
                 reason: "injected failure".to_owned(),
             },
+            InjectedFailure::AppliedThenUnavailable => MetadataError::Unavailable {
+                op,
+                path: path.to_owned(),
+                reason: "injected failure after the write was applied".to_owned(),
+            },
             InjectedFailure::BadVersion => MetadataError::BadVersion {
                 op,
                 path: path.to_owned(),
@@ -190,6 +200,17 @@ impl RecordingStore {
     {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let (result, injected) = match self.injected(seq, path) {
+            Some(InjectedFailure::AppliedThenUnavailable) => {
+                // The write happens; only its answer is lost.
+                let applied = run().await;
+                let e = Self::error(
+                    op.operation(),
+                    path,
+                    InjectedFailure::AppliedThenUnavailable,
+                    expected_number(expected),
+                );
+                (applied.and(Err(e)), true)
+            }
             Some(f) => {
                 let e = Self::error(op.operation(), path, f, expected_number(expected));
                 (Err(e), true)
