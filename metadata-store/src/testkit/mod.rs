@@ -31,6 +31,7 @@
 //! | `env.rs` | [`MetadataStoreTestEnv`], [`TestNamespace`] and the ready [`MemoryTestEnv`] and [`ViaArc`] |
 //! | `zk_env.rs` | `ZkTestEnv`, sessions on a running ZooKeeper (the `zk` feature) |
 //! | `suite.rs` | [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
+//! | `recording.rs` | [`RecordingStore`]: records every write and injects failures (ambiguous ones too), for tests of code above the store |
 //! | `macros.rs` | [`metadata_store_conformance_tests!`](crate::metadata_store_conformance_tests) |
 //! | `rules/` | the rules, one file per family (see [`rules`]) |
 //!
@@ -40,6 +41,7 @@
 
 mod env;
 mod macros;
+mod recording;
 pub mod rules;
 mod suite;
 #[cfg(feature = "zk")]
@@ -49,6 +51,7 @@ mod zk_env;
 pub use async_trait::async_trait;
 pub use bkswitch_conformance::{block_on, ConformanceFailure, ConformanceReport, Rule, RuleResult};
 pub use env::{MemoryTestEnv, MetadataStoreTestEnv, TestNamespace, ViaArc};
+pub use recording::{InjectedFailure, RecordingStore, WriteOp, WriteRecord};
 pub use suite::{all_rules, run_all, run_rule, RULE_NAMES};
 #[cfg(feature = "zk")]
 pub use zk_env::ZkTestEnv;

@@ -1,0 +1,290 @@
+//! [`RecordingStore`]: a [`MetadataStore`] wrapper that records every write and
+//! injects failures, for tests of anything that writes metadata.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use crate::{
+    CreateMode, ExpectedVersion, GetResult, MetadataError, MetadataStore, Operation, Result, Stat,
+    WatchStream,
+};
+
+/// The kind of a recorded write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOp {
+    /// [`MetadataStore::put`].
+    Put,
+    /// [`MetadataStore::create`].
+    Create,
+    /// [`MetadataStore::delete`].
+    Delete,
+}
+
+/// One write seen by a [`RecordingStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    /// 1-based sequence number among all writes of the store.
+    pub seq: usize,
+    /// The path written.
+    pub path: String,
+    /// The operation.
+    pub op: WriteOp,
+    /// The value written (empty for deletes).
+    pub value: Vec<u8>,
+    /// The expected version given.
+    pub expected: ExpectedVersion,
+    /// The new version on success, or the error's text.
+    pub result: std::result::Result<i64, String>,
+    /// Whether the failure was injected.
+    pub injected: bool,
+}
+
+/// What an injected failure looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InjectedFailure {
+    /// A retryable [`MetadataError::Unavailable`] (the write is not applied).
+    Unavailable,
+    /// A [`MetadataError::BadVersion`] conflict (the write is not applied).
+    BadVersion,
+    /// An **ambiguous** write: the inner store applies it, then the caller gets
+    /// a retryable [`MetadataError::Unavailable`], as when a ZooKeeper
+    /// connection drops after the server committed the write.
+    AppliedThenUnavailable,
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    nth: Option<(usize, InjectedFailure)>,
+    matching: Option<(String, usize, InjectedFailure)>,
+}
+
+/// A [`MetadataStore`] wrapper recording every write and injecting failures.
+///
+/// Reads pass through unrecorded. Injected failures are returned without
+/// calling the inner store, except [`InjectedFailure::AppliedThenUnavailable`],
+/// which applies the write first (an ambiguous write).
+#[derive(Debug)]
+pub struct RecordingStore {
+    inner: Arc<dyn MetadataStore>,
+    writes: Mutex<Vec<WriteRecord>>,
+    faults: Mutex<Faults>,
+    seq: AtomicUsize,
+}
+
+impl RecordingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn MetadataStore>) -> RecordingStore {
+        RecordingStore {
+            inner,
+            writes: Mutex::new(Vec::new()),
+            faults: Mutex::new(Faults::default()),
+            seq: AtomicUsize::new(0),
+        }
+    }
+
+    /// Every write so far, in order.
+    pub fn writes(&self) -> Vec<WriteRecord> {
+        self.writes.lock().clone()
+    }
+
+    /// Successful writes whose path is exactly `path`.
+    pub fn successful_writes_to(&self, path: &str) -> Vec<WriteRecord> {
+        self.writes
+            .lock()
+            .iter()
+            .filter(|w| w.path == path && w.result.is_ok())
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the recorded writes (the sequence number keeps counting).
+    pub fn clear(&self) {
+        self.writes.lock().clear();
+    }
+
+    /// The number of writes seen so far.
+    pub fn write_count(&self) -> usize {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    /// Makes the write with sequence number `n` (1-based, counting every write
+    /// of this store since it was created) fail with `failure`.
+    pub fn fail_nth_write(&self, n: usize, failure: InjectedFailure) {
+        self.faults.lock().nth = Some((n, failure));
+    }
+
+    /// Makes the next `count` writes whose path contains `pattern` fail.
+    pub fn fail_writes_matching(&self, pattern: &str, count: usize, failure: InjectedFailure) {
+        self.faults.lock().matching = Some((pattern.to_owned(), count, failure));
+    }
+
+    /// Removes every injected failure.
+    pub fn clear_faults(&self) {
+        *self.faults.lock() = Faults::default();
+    }
+
+    fn injected(&self, seq: usize, path: &str) -> Option<InjectedFailure> {
+        let mut f = self.faults.lock();
+        if let Some((n, failure)) = f.nth {
+            if n == seq {
+                f.nth = None;
+                return Some(failure);
+            }
+        }
+        if let Some((pattern, count, failure)) = &mut f.matching {
+            if *count > 0 && path.contains(pattern.as_str()) {
+                *count -= 1;
+                return Some(*failure);
+            }
+        }
+        None
+    }
+
+    fn error(op: Operation, path: &str, failure: InjectedFailure, expected: i64) -> MetadataError {
+        match failure {
+            InjectedFailure::Unavailable => MetadataError::Unavailable {
+                op,
+                path: path.to_owned(),
+                reason: "injected failure".to_owned(),
+            },
+            InjectedFailure::AppliedThenUnavailable => MetadataError::Unavailable {
+                op,
+                path: path.to_owned(),
+                reason: "injected failure after the write was applied".to_owned(),
+            },
+            InjectedFailure::BadVersion => MetadataError::BadVersion {
+                op,
+                path: path.to_owned(),
+                expected,
+            },
+        }
+    }
+
+    /// Runs one write: numbers it, fails it when a fault is injected for it
+    /// (without calling the inner store), and records what happened.
+    async fn recorded<T, F>(
+        &self,
+        op: WriteOp,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+        version_of: fn(&T) -> i64,
+        run: impl FnOnce() -> F,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let (result, injected) = match self.injected(seq, path) {
+            Some(InjectedFailure::AppliedThenUnavailable) => {
+                // The write happens; only its answer is lost.
+                let applied = run().await;
+                let e = Self::error(
+                    op.operation(),
+                    path,
+                    InjectedFailure::AppliedThenUnavailable,
+                    expected_number(expected),
+                );
+                (applied.and(Err(e)), true)
+            }
+            Some(f) => {
+                let e = Self::error(op.operation(), path, f, expected_number(expected));
+                (Err(e), true)
+            }
+            None => (run().await, false),
+        };
+        self.writes.lock().push(WriteRecord {
+            seq,
+            path: path.to_owned(),
+            op,
+            value: value.to_vec(),
+            expected,
+            result: result.as_ref().map(version_of).map_err(|e| e.to_string()),
+            injected,
+        });
+        result
+    }
+}
+
+impl WriteOp {
+    fn operation(self) -> Operation {
+        match self {
+            WriteOp::Put => Operation::Put,
+            WriteOp::Create => Operation::Create,
+            WriteOp::Delete => Operation::Delete,
+        }
+    }
+}
+
+fn expected_number(expected: ExpectedVersion) -> i64 {
+    match expected {
+        ExpectedVersion::Exactly(v) => v,
+        ExpectedVersion::NotExists => -1,
+        ExpectedVersion::Any => -2,
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl MetadataStore for RecordingStore {
+    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
+        self.inner.get(path).await
+    }
+
+    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
+        self.recorded(
+            WriteOp::Put,
+            path,
+            value,
+            expected,
+            |s: &Stat| s.version,
+            || self.inner.put(path, value, expected),
+        )
+        .await
+    }
+
+    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
+        let expected = ExpectedVersion::NotExists;
+        self.recorded(
+            WriteOp::Create,
+            path,
+            value,
+            expected,
+            |(_, s): &(String, Stat)| s.version,
+            || self.inner.create(path, value, mode),
+        )
+        .await
+    }
+
+    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
+        self.recorded(
+            WriteOp::Delete,
+            path,
+            &[],
+            expected,
+            |_| -1,
+            || self.inner.delete(path, expected),
+        )
+        .await
+    }
+
+    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.inner.exists(path).await
+    }
+
+    async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.inner.children(path).await
+    }
+
+    async fn watch(&self, path: &str) -> Result<WatchStream> {
+        self.inner.watch(path).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
