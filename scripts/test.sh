@@ -15,7 +15,8 @@
 #      tool cannot be installed is skipped, and the run ends with a loud list of
 #      what was skipped);
 #   4. cargo fmt --check, clippy (-D warnings), cargo machete (no unused
-#      dependencies), the whole test suite, the docs (warnings denied) and
+#      dependencies), the SPI purity check, `cargo publish --dry-run` of every
+#      published crate, the whole test suite, the docs (warnings denied) and
 #      `cargo bench --no-run` (benches must compile).
 #
 # Build artefacts go to $CARGO_TARGET_DIR, by default a cache folder outside the
@@ -129,6 +130,14 @@ for spi in bkswitch-mledger-spi bkswitch-schema-spi bkswitch-bk-client; do
     fi
   done
 done
+
+step "packaging: cargo publish --dry-run of every published crate"
+# Packages each library crate and builds it from its packaged form, against
+# the other crates' packages (not their source folders): a crate that reaches
+# outside its folder, or a dependency without a version, fails here.
+mapfile -t unpublished < <(cargo metadata --no-deps --format-version 1 \
+  | python3 -c 'import json,sys; [print("--exclude\n" + p["name"]) for p in json.load(sys.stdin)["packages"] if p.get("publish") == []]')
+cargo publish --dry-run --quiet --allow-dirty --workspace "${unpublished[@]}"
 
 step "cargo test"
 cargo test --workspace --all-features
