@@ -139,6 +139,17 @@ mapfile -t unpublished < <(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import json,sys; [print("--exclude\n" + p["name"]) for p in json.load(sys.stdin)["packages"] if p.get("publish") == []]')
 cargo publish --dry-run --quiet --allow-dirty --workspace "${unpublished[@]}"
 
+step "example plugin: built on the packaged crates, hook suite"
+# examples/storage-plugin depends on the crates by version; here its [patch]
+# points at the packaged forms cargo just built instead of the source folders.
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+example=$(mktemp -d)
+cp -r examples/storage-plugin/. "$example/"
+sed -i -E "s#path = \"\.\./\.\./([a-z-]+)\"#path = \"$CARGO_TARGET_DIR/package/bkswitch-\1-$version\"#" "$example/Cargo.toml"
+cargo fmt --manifest-path examples/storage-plugin/Cargo.toml -- --check
+(cd "$example" && cargo clippy --quiet --all-targets -- -D warnings && cargo test --quiet)
+rm -rf "$example"
+
 step "cargo test"
 cargo test --workspace --all-features
 
