@@ -407,3 +407,191 @@ async fn a_closed_cursor_is_promoted_by_its_exact_copy_but_never_rolled_over() {
     let ml = t.env.factory().open(NAME, config).await.unwrap();
     assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[1]);
 }
+
+/// A cursor promoted to `bk-b` by its owner, with three entries and two
+/// mark-deletes on `bk-a` first: (the test, the ledger, the cursor, the
+/// copied last entry id, the positions).
+async fn promoted_to_b() -> (
+    Two,
+    bkswitch_managed_ledger::ManagedLedger,
+    bkswitch_managed_ledger::ManagedCursor,
+    i64,
+    i64,
+    Vec<Position>,
+) {
+    let t = two();
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config).await.unwrap();
+    let c = ml
+        .open_cursor_at("sub", InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let ps = append_n(&ml, 0, 3).await;
+    c.mark_delete(ps[0]).await.unwrap();
+    c.mark_delete(ps[1]).await.unwrap();
+    let ledger = c.cursor_ledger_id();
+    t.hooks.supplier.switch_to(t.b_client.clone());
+    let copied = copy(ledger, t.env.client().as_ref(), t.b_client.as_ref()).await;
+    (t, ml, c, ledger, copied, ps)
+}
+
+async fn stored_cursor(t: &Two) -> (bkswitch_proto::ml::ManagedCursorInfo, i64) {
+    let r = t
+        .env
+        .inner_store
+        .get(&cursor_path())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        decode_managed_cursor_info(&r.value).unwrap(),
+        r.stat.version,
+    )
+}
+
+/// The rollback of a promoted cursor of an owned topic flips the stamp back
+/// with the target cluster dead: the owner never reads the target's copy.
+#[tokio::test]
+async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
+    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
+    let promoted = c
+        .promote_cursor_ledger(ledger, copied, "bk-b")
+        .await
+        .unwrap();
+    assert!(matches!(promoted, CursorPromotion::Promoted { .. }));
+
+    // The target dies for good; the node creates ledgers on the source again.
+    t.b.set_unavailable(bkswitch_bk_client::UnavailableMode::FailFast);
+    t.hooks.supplier.switch_to(t.env.client());
+    let back = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        c.promote_cursor_ledger(ledger, copied, "bk-a"),
+    )
+    .await
+    .expect("the rollback must not wait for the dead target")
+    .unwrap();
+    assert!(matches!(back, CursorPromotion::Promoted { .. }), "{back:?}");
+    let (info, _) = stored_cursor(&t).await;
+    assert_eq!(info.cluster_stamp().unwrap(), Some("bk-a"));
+    assert_eq!(info.cursors_ledger_id, ledger);
+
+    // Later positions go to the source; a restart recovers them without the
+    // target.
+    c.mark_delete(ps[2]).await.unwrap();
+    assert!(t.env.cluster.contains_ledger(c.cursor_ledger_id()));
+    drop((ml, c));
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config).await.unwrap();
+    assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[2]);
+}
+
+/// The same when the topic moved to another owner after PROMOTE (it loaded the
+/// cursor from the target's copy while the target was up).
+#[tokio::test]
+async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
+    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
+    c.promote_cursor_ledger(ledger, copied, "bk-b")
+        .await
+        .unwrap();
+    drop((ml, c));
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config.clone()).await.unwrap();
+    let c = ml.cursor("sub").unwrap();
+    assert_eq!(c.mark_delete_position(), ps[1]);
+
+    t.b.set_unavailable(bkswitch_bk_client::UnavailableMode::FailFast);
+    t.hooks.supplier.switch_to(t.env.client());
+    let back = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        c.promote_cursor_ledger(ledger, copied, "bk-a"),
+    )
+    .await
+    .expect("the rollback must not wait for the dead target")
+    .unwrap();
+    assert!(matches!(back, CursorPromotion::Promoted { .. }), "{back:?}");
+    assert_eq!(
+        stored_cursor(&t).await.0.cluster_stamp().unwrap(),
+        Some("bk-a")
+    );
+    // A stale request (a copy shorter than what the cursor holds) is still
+    // refused: only an exact copy is flipped.
+    t.b.set_available();
+    let e = c
+        .promote_cursor_ledger(ledger, copied - 1, "bk-b")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ManagedLedgerErrorKind::NotOnActiveCluster, "{e}");
+}
+
+/// An ambiguous stamp flip (applied, answer lost, read-back impossible): the
+/// coordinator's next request converges, and the owner's memory matches the
+/// store.
+#[tokio::test]
+async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
+    use bkswitch_managed_ledger::testkit::InjectedFailure;
+    let (t, _ml, c, ledger, copied, _ps) = promoted_to_b().await;
+    t.env
+        .store
+        .fail_writes_matching(&cursor_path(), 1, InjectedFailure::AppliedThenUnavailable);
+    t.env.store.fail_reads_matching(&cursor_path(), usize::MAX);
+    let first = c.promote_cursor_ledger(ledger, copied, "bk-b").await;
+    t.env.store.clear_faults();
+    if let Err(e) = &first {
+        assert!(e.is_retryable(), "{e}");
+    }
+    assert_eq!(
+        stored_cursor(&t).await.0.cluster_stamp().unwrap(),
+        Some("bk-b"),
+        "the flip was applied"
+    );
+
+    let again = c
+        .promote_cursor_ledger(ledger, copied, "bk-b")
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            again,
+            CursorPromotion::AlreadyOnTarget | CursorPromotion::Promoted { .. }
+        ),
+        "{again:?}"
+    );
+    let (stored, version) = stored_cursor(&t).await;
+    let (mine, my_version) = c.metadata().await;
+    assert_eq!((mine, my_version), (stored, version));
+    // The source ledger is sealed at the copy.
+    let cfg = small_config();
+    let old = t
+        .env
+        .client()
+        .open_ledger_no_recovery(ledger, cfg.digest_type, &cfg.password)
+        .await
+        .unwrap();
+    assert!(old.is_closed());
+    assert_eq!(old.last_add_confirmed(), copied);
+}
+
+/// A mark-delete right after an ambiguous stamp flip, then a crash: the
+/// cursor never goes back (the position is not written to the source ledger
+/// whose stamp may already name the target).
+#[tokio::test]
+async fn a_mark_delete_after_an_ambiguous_stamp_flip_survives_a_crash() {
+    use bkswitch_managed_ledger::testkit::InjectedFailure;
+    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
+    t.env
+        .store
+        .fail_writes_matching(&cursor_path(), 1, InjectedFailure::AppliedThenUnavailable);
+    t.env.store.fail_reads_matching(&cursor_path(), usize::MAX);
+    let _ = c.promote_cursor_ledger(ledger, copied, "bk-b").await;
+    t.env.store.clear_faults();
+
+    c.mark_delete(ps[2]).await.unwrap();
+    drop((ml, c));
+    let config = small_config().with_hooks(t.hooks.storage_hooks());
+    let ml = t.env.factory().open(NAME, config).await.unwrap();
+    assert_eq!(
+        ml.cursor("sub").unwrap().mark_delete_position(),
+        ps[2],
+        "the cursor moved back"
+    );
+}

@@ -12,8 +12,9 @@ use bkswitch_proto::ml::ManagedLedgerInfo;
 use bytes::Bytes;
 use futures::future::FutureExt;
 
-use super::metadata::{encode_info, replace_ledger_info};
-use super::state::{Current, MlInner, Writer};
+use super::metadata::{encode_info, names_ledger, replace_ledger_info};
+use super::state::{Current, MlInner, Unsettled, Writer};
+use crate::ctx::Unrecorded;
 use crate::error::{ManagedLedgerError, Result};
 use crate::position::Position;
 use crate::props::merge_properties;
@@ -136,6 +137,7 @@ impl MlInner {
     /// Seals the current ledger and records it, with a new ledger, in one
     /// compare-and-set.
     pub(super) async fn rollover_locked(&self, w: &mut Writer, reason: &str) -> Result<()> {
+        self.settle_unknown_write(w).await?;
         let now = self.ctx.now();
         let old = w.current.as_ref().map(|c| c.id);
         self.finish_current(w, now).await?;
@@ -238,10 +240,25 @@ impl MlInner {
                 new_version,
             )),
             Err(e) => {
-                ctx.discard_unrecorded(handle.as_ref(), client.as_ref(), || {
-                    ctx.resolve_ledger(&li)
-                })
-                .await;
+                let kept = ctx
+                    .discard_unless_recorded(
+                        &ctx.path,
+                        handle.as_ref(),
+                        client.as_ref(),
+                        || ctx.resolve_ledger(&li),
+                        |stored| names_ledger(stored, id),
+                    )
+                    .await;
+                if kept == Unrecorded::Unknown {
+                    if let Ok(bytes) = encode_info(ctx, &info) {
+                        self.state.lock().unsettled = Some(Unsettled {
+                            bytes,
+                            version,
+                            info,
+                            ledger: li,
+                        });
+                    }
+                }
                 Err(e)
             }
         }
