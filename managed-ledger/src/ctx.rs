@@ -18,6 +18,7 @@ use bkswitch_proto::ml::ManagedCursorInfo;
 
 use crate::clock::Clock;
 use crate::error::{ManagedLedgerError, Result};
+use crate::session::MetadataSession;
 
 /// How long [`Ctx::resolve_ledger_to_open`] waits for a cluster's client to
 /// start.
@@ -40,11 +41,42 @@ pub(crate) struct Ctx {
     pub(crate) client: Arc<dyn BookKeeper>,
     pub(crate) config: ManagedLedgerConfig,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The metadata store's session, as the factory follows it: trims and
+    /// rollovers wait while it is lost.
+    pub(crate) session: Arc<MetadataSession>,
 }
 
 impl Ctx {
     pub(crate) fn now(&self) -> i64 {
         self.clock.now_millis()
+    }
+
+    /// Refuses `what` (a trim, a forced rollover) while the metadata session
+    /// is lost, counting it as deferred.
+    pub(crate) fn check_session(&self, what: &'static str, trim: bool) -> Result<()> {
+        if self.session.is_available() {
+            return Ok(());
+        }
+        if trim {
+            self.session.defer_trim();
+        } else {
+            self.session.defer_rollover();
+        }
+        tracing::info!(managed_ledger = %self.name, what, "deferred: the metadata session is lost");
+        Err(ManagedLedgerError::MetadataSessionLost {
+            name: self.name.clone(),
+            deferred: what,
+        })
+    }
+
+    /// Whether a rollover that is due may run now; when the metadata session
+    /// is lost it is put off (counted) and the current ledger kept.
+    pub(crate) fn rollover_may_run(&self) -> bool {
+        let available = self.session.is_available();
+        if !available {
+            self.session.defer_rollover();
+        }
+        available
     }
 
     /// S1: the client a new ledger is created on.

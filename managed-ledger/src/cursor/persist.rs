@@ -21,8 +21,12 @@ impl CursorInner {
         let cfg = &self.ctx.config;
         if let Some(l) = meta.ledger.as_mut() {
             let age = self.ctx.now().saturating_sub(l.created_ms).max(0) as u128;
-            if l.entries < cfg.cursor_max_entries_per_ledger
-                && age < cfg.cursor_ledger_rollover_time.as_millis()
+            // A full or old cursor ledger is kept while the metadata session
+            // is lost (the rollover is deferred, as Pulsar's
+            // `shouldCloseLedger` does); a failed one is not.
+            if (l.entries < cfg.cursor_max_entries_per_ledger
+                && age < cfg.cursor_ledger_rollover_time.as_millis())
+                || !self.ctx.rollover_may_run()
             {
                 match l.handle.add_entry(pi.encode_to_vec().into()).await {
                     Ok(_) => {

@@ -14,6 +14,7 @@ impl MlInner {
     pub(super) async fn trim_consumed_ledgers(&self) -> Result<Vec<LedgerId>> {
         let mut w = self.writer.lock().await;
         self.check_trimmable()?;
+        self.ctx.check_session("trimming consumed ledgers", true)?;
         self.settle_unknown_write(&mut w).await?;
         let slowest = self.slowest_mark_delete();
         let ctx = &self.ctx;

@@ -66,15 +66,24 @@ impl MlInner {
     pub(super) async fn force_rollover(&self) -> Result<()> {
         let mut w = self.writer.lock().await;
         self.check_writable()?;
+        self.ctx.check_session("a forced rollover", false)?;
         self.rollover_locked(&mut w, "forced").await
     }
 
     /// Why the current ledger must be rolled over before the next append, if
-    /// it must.
+    /// it must. A full or old ledger is kept while the metadata session is
+    /// lost (the rollover is deferred, as Pulsar's `currentLedgerIsFull`
+    /// does); a failed one is not.
     fn full_reason(&self, c: &Current) -> Option<&'static str> {
         if c.broken.load(Ordering::Acquire) {
             return Some("the current ledger failed");
         }
+        let reason = self.full_or_old(c)?;
+        self.ctx.rollover_may_run().then_some(reason)
+    }
+
+    /// Whether the current ledger reached a size or age threshold.
+    fn full_or_old(&self, c: &Current) -> Option<&'static str> {
         let cfg = &self.ctx.config;
         let age = self.ctx.now().saturating_sub(c.created_ms).max(0) as u128;
         if c.entries > 0 && age >= cfg.max_ledger_rollover_time.as_millis() {
