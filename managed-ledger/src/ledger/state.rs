@@ -48,7 +48,9 @@ pub(super) struct Writer {
 }
 
 /// A metadata write recording a new ledger whose outcome is unknown: it
-/// failed, and reading the metadata back failed too. The new ledger is kept
+/// failed, and reading the metadata back failed too or showed the new ledger
+/// named (the write applied, or applied and followed by another writer's).
+/// The new ledger is kept
 /// (closed, without entries) until the next metadata write of this owner
 /// settles it ([`MlInner::settle_unknown_write`]).
 #[derive(Debug)]

@@ -258,7 +258,7 @@ impl MlInner {
                         |stored| names_ledger(stored, id),
                     )
                     .await;
-                if kept == Unrecorded::Unknown {
+                if kept != Unrecorded::Deleted {
                     if let Ok(bytes) = encode_info(ctx, &info) {
                         self.state.lock().unsettled = Some(Unsettled {
                             bytes,
