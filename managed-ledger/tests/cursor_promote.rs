@@ -75,21 +75,9 @@ fn cursor_path() -> String {
 
 #[tokio::test]
 async fn complete_copy_flips_only_the_stamp_and_later_positions_go_to_the_new_cluster() {
-    let t = two();
+    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
     let config = small_config().with_hooks(t.hooks.storage_hooks());
-    let ml = t.env.factory().open(NAME, config.clone()).await.unwrap();
-    let c = ml
-        .open_cursor_at("sub", InitialPosition::Earliest)
-        .await
-        .unwrap();
-    let ps = append_n(&ml, 0, 3).await;
-    c.mark_delete(ps[0]).await.unwrap();
-    c.mark_delete(ps[1]).await.unwrap();
-    let ledger = c.cursor_ledger_id();
     assert!(t.env.cluster.contains_ledger(ledger));
-
-    t.hooks.supplier.switch_to(t.b_client.clone());
-    let copied = copy(ledger, t.env.client().as_ref(), t.b_client.as_ref()).await;
     let before = t
         .env
         .inner_store
@@ -408,10 +396,11 @@ async fn a_closed_cursor_is_promoted_by_its_exact_copy_but_never_rolled_over() {
     assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[1]);
 }
 
-/// A cursor promoted to `bk-b` by its owner, with three entries and two
-/// mark-deletes on `bk-a` first: (the test, the ledger, the cursor, the
-/// copied last entry id, the positions).
-async fn promoted_to_b() -> (
+/// A cursor ledger on `bk-a` (three entries, two mark-deletes) copied to
+/// `bk-b`, the node creating ledgers on `bk-b`, before PROMOTE: (the test,
+/// the managed ledger, the cursor, the cursor ledger, the copied last entry
+/// id, the positions).
+async fn copied_to_b() -> (
     Two,
     bkswitch_managed_ledger::ManagedLedger,
     bkswitch_managed_ledger::ManagedCursor,
@@ -449,18 +438,15 @@ async fn stored_cursor(t: &Two) -> (bkswitch_proto::ml::ManagedCursorInfo, i64) 
     )
 }
 
-/// The rollback of a promoted cursor of an owned topic flips the stamp back
-/// with the target cluster dead: the owner never reads the target's copy.
-#[tokio::test]
-async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
-    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
-    let promoted = c
-        .promote_cursor_ledger(ledger, copied, "bk-b")
-        .await
-        .unwrap();
-    assert!(matches!(promoted, CursorPromotion::Promoted { .. }));
-
-    // The target dies for good; the node creates ledgers on the source again.
+/// `bk-b` dies for good, the node creates ledgers on `bk-a` again, and the
+/// owner is asked to flip the cursor back to `bk-a` (the rollback): it must,
+/// within 5 s.
+async fn roll_back_with_b_dead(
+    t: &Two,
+    c: &bkswitch_managed_ledger::ManagedCursor,
+    ledger: i64,
+    copied: i64,
+) {
     t.b.set_unavailable(bkswitch_bk_client::UnavailableMode::FailFast);
     t.hooks.supplier.switch_to(t.env.client());
     let back = tokio::time::timeout(
@@ -471,6 +457,38 @@ async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
     .expect("the rollback must not wait for the dead target")
     .unwrap();
     assert!(matches!(back, CursorPromotion::Promoted { .. }), "{back:?}");
+}
+
+/// The owner's stamp flip to `bk-b` is applied, its answer lost, and reading
+/// it back fails; then the store answers again. Returns the flip's result.
+async fn ambiguous_flip_to_b(
+    t: &Two,
+    c: &bkswitch_managed_ledger::ManagedCursor,
+    ledger: i64,
+    copied: i64,
+) -> bkswitch_managed_ledger::Result<CursorPromotion> {
+    use bkswitch_managed_ledger::testkit::InjectedFailure;
+    t.env
+        .store
+        .fail_writes_matching(&cursor_path(), 1, InjectedFailure::AppliedThenUnavailable);
+    t.env.store.fail_reads_matching(&cursor_path(), usize::MAX);
+    let first = c.promote_cursor_ledger(ledger, copied, "bk-b").await;
+    t.env.store.clear_faults();
+    first
+}
+
+/// The rollback of a promoted cursor of an owned topic flips the stamp back
+/// with the target cluster dead: the owner never reads the target's copy.
+#[tokio::test]
+async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
+    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    let promoted = c
+        .promote_cursor_ledger(ledger, copied, "bk-b")
+        .await
+        .unwrap();
+    assert!(matches!(promoted, CursorPromotion::Promoted { .. }));
+
+    roll_back_with_b_dead(&t, &c, ledger, copied).await;
     let (info, _) = stored_cursor(&t).await;
     assert_eq!(info.cluster_stamp().unwrap(), Some("bk-a"));
     assert_eq!(info.cursors_ledger_id, ledger);
@@ -489,7 +507,7 @@ async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
 /// cursor from the target's copy while the target was up).
 #[tokio::test]
 async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
-    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
+    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
     c.promote_cursor_ledger(ledger, copied, "bk-b")
         .await
         .unwrap();
@@ -499,16 +517,7 @@ async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
     let c = ml.cursor("sub").unwrap();
     assert_eq!(c.mark_delete_position(), ps[1]);
 
-    t.b.set_unavailable(bkswitch_bk_client::UnavailableMode::FailFast);
-    t.hooks.supplier.switch_to(t.env.client());
-    let back = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        c.promote_cursor_ledger(ledger, copied, "bk-a"),
-    )
-    .await
-    .expect("the rollback must not wait for the dead target")
-    .unwrap();
-    assert!(matches!(back, CursorPromotion::Promoted { .. }), "{back:?}");
+    roll_back_with_b_dead(&t, &c, ledger, copied).await;
     assert_eq!(
         stored_cursor(&t).await.0.cluster_stamp().unwrap(),
         Some("bk-a")
@@ -528,14 +537,8 @@ async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
 /// store.
 #[tokio::test]
 async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
-    use bkswitch_managed_ledger::testkit::InjectedFailure;
-    let (t, _ml, c, ledger, copied, _ps) = promoted_to_b().await;
-    t.env
-        .store
-        .fail_writes_matching(&cursor_path(), 1, InjectedFailure::AppliedThenUnavailable);
-    t.env.store.fail_reads_matching(&cursor_path(), usize::MAX);
-    let first = c.promote_cursor_ledger(ledger, copied, "bk-b").await;
-    t.env.store.clear_faults();
+    let (t, _ml, c, ledger, copied, _ps) = copied_to_b().await;
+    let first = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
     if let Err(e) = &first {
         assert!(e.is_retryable(), "{e}");
     }
@@ -576,14 +579,8 @@ async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
 /// whose stamp may already name the target).
 #[tokio::test]
 async fn a_mark_delete_after_an_ambiguous_stamp_flip_survives_a_crash() {
-    use bkswitch_managed_ledger::testkit::InjectedFailure;
-    let (t, ml, c, ledger, copied, ps) = promoted_to_b().await;
-    t.env
-        .store
-        .fail_writes_matching(&cursor_path(), 1, InjectedFailure::AppliedThenUnavailable);
-    t.env.store.fail_reads_matching(&cursor_path(), usize::MAX);
-    let _ = c.promote_cursor_ledger(ledger, copied, "bk-b").await;
-    t.env.store.clear_faults();
+    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    let _ = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
 
     c.mark_delete(ps[2]).await.unwrap();
     drop((ml, c));

@@ -5,11 +5,21 @@
 mod common;
 
 use bkswitch_managed_ledger::testkit::InjectedFailure;
-use bkswitch_managed_ledger::{InitialPosition, Position};
+use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, Position};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::ml::ManagedLedgerInfo;
 use common::*;
+
+/// The positions `ml` reads from `start` on.
+async fn read_from(ml: &ManagedLedger, start: Position) -> Vec<Position> {
+    ml.read_entries(start, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.position)
+        .collect()
+}
 
 async fn stored_info(env: &Env) -> ManagedLedgerInfo {
     let r = env.inner_store.get(PATH).await.unwrap().unwrap();
@@ -27,15 +37,22 @@ async fn assert_every_recorded_ledger_exists(env: &Env) {
     }
 }
 
+/// The managed ledger opened on `env` with `n` entries appended (3 per
+/// ledger) and their positions.
+async fn with_entries(env: &Env, n: usize) -> (ManagedLedger, Vec<Position>) {
+    let ml = env.factory().open(NAME, small_config()).await.unwrap();
+    let mut acked = Vec::new();
+    for i in 0..n {
+        acked.push(ml.append(format!("m{i}")).await.unwrap());
+    }
+    (ml, acked)
+}
+
 #[tokio::test]
 async fn an_ambiguous_rollover_whose_read_back_fails_keeps_the_recorded_ledger() {
     let env = Env::new();
     let config = small_config();
-    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
-    let mut acked = Vec::new();
-    for i in 0..3 {
-        acked.push(ml.append(format!("m{i}")).await.unwrap());
-    }
+    let (ml, mut acked) = with_entries(&env, 3).await;
     // The next append rolls over: the compare-and-set recording the new
     // ledger is applied, its answer is lost and the connection stays down, so
     // reading the metadata back fails too.
@@ -55,14 +72,7 @@ async fn an_ambiguous_rollover_whose_read_back_fails_keeps_the_recorded_ledger()
     drop(ml);
     let ml = env.factory().open(NAME, config).await.unwrap();
     assert_every_recorded_ledger_exists(&env).await;
-    let read: Vec<Position> = ml
-        .read_entries(acked[0], 100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.position)
-        .collect();
-    assert_eq!(read, acked);
+    assert_eq!(read_from(&ml, acked[0]).await, acked);
 }
 
 #[tokio::test]
@@ -111,11 +121,7 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
     // ledger is deleted only once the stored metadata is read and does not
     // name it.
     let env = Env::new();
-    let config = small_config();
-    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
-    for i in 0..3 {
-        ml.append(format!("m{i}")).await.unwrap();
-    }
+    let (ml, _) = with_entries(&env, 3).await;
     env.store
         .fail_writes_matching(PATH, 1, InjectedFailure::BadVersion);
     let err = ml.append("refused").await.unwrap_err();
@@ -137,11 +143,7 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
 async fn a_topic_whose_unclosed_last_ledger_is_missing_loads_without_it_as_pulsar_does() {
     let env = Env::new();
     let config = small_config();
-    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
-    let mut acked = Vec::new();
-    for i in 0..4 {
-        acked.push(ml.append(format!("m{i}")).await.unwrap());
-    }
+    let (ml, acked) = with_entries(&env, 4).await;
     let last = ml.current_ledger_id().unwrap();
     drop(ml); // a crash: the last ledger is recorded without entries
     assert!(stored_info(&env)
@@ -155,14 +157,7 @@ async fn a_topic_whose_unclosed_last_ledger_is_missing_loads_without_it_as_pulsa
     assert!(!ml.ledger_ids().contains(&last), "{:?}", ml.ledger_ids());
     assert_every_recorded_ledger_exists(&env).await;
     // What the sealed ledgers hold is still there, and the topic takes appends.
-    let read: Vec<Position> = ml
-        .read_entries(acked[0], 100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.position)
-        .collect();
-    assert_eq!(read, acked[..3].to_vec());
+    assert_eq!(read_from(&ml, acked[0]).await, acked[..3].to_vec());
     ml.append("after").await.unwrap();
     drop(ml);
     // A missing sealed ledger is not the loader's business: it loads as before.
