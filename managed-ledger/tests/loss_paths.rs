@@ -4,12 +4,61 @@
 
 mod common;
 
-use bkswitch_managed_ledger::testkit::InjectedFailure;
-use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, Position};
-use bkswitch_metadata_store::MetadataStore;
+use std::sync::Arc;
+
+use bkswitch_bk_client::MemoryCluster;
+use bkswitch_managed_ledger::testkit::{InjectedFailure, RecordingStore};
+use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, ManagedLedgerFactory, Position};
+use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::ml::ManagedLedgerInfo;
 use common::*;
+
+/// What a loss-path scenario runs on: a recording store over the memory
+/// store or a real ZooKeeper, a memory cluster and a factory on both (opening
+/// again on it is a restart: nothing is cached).
+struct Stack<'a> {
+    store: Arc<RecordingStore>,
+    cluster: &'a MemoryCluster,
+    factory: ManagedLedgerFactory,
+}
+
+impl Stack<'_> {
+    fn on_memory(env: &Env) -> Stack<'_> {
+        Stack {
+            store: env.store.clone(),
+            cluster: &env.cluster,
+            factory: env.factory(),
+        }
+    }
+
+    /// The managed ledger opened with `n` entries appended (3 per ledger)
+    /// and their positions.
+    async fn with_entries(&self, n: usize) -> (ManagedLedger, Vec<Position>) {
+        let ml = self.factory.open(NAME, small_config()).await.unwrap();
+        let mut acked = Vec::new();
+        for i in 0..n {
+            acked.push(ml.append(format!("m{i}")).await.unwrap());
+        }
+        (ml, acked)
+    }
+
+    async fn stored_info(&self) -> ManagedLedgerInfo {
+        let r = self.store.get(PATH).await.unwrap().unwrap();
+        decode_managed_ledger_info(&r.value).unwrap()
+    }
+
+    /// Every data ledger the stored metadata names exists on the cluster.
+    async fn assert_every_recorded_ledger_exists(&self) {
+        for li in self.stored_info().await.ledger_info {
+            assert!(
+                self.cluster.contains_ledger(li.ledger_id),
+                "the metadata names ledger {} but the cluster no longer holds it",
+                li.ledger_id
+            );
+        }
+    }
+}
 
 /// The positions `ml` reads from `start` on.
 async fn read_from(ml: &ManagedLedger, start: Position) -> Vec<Position> {
@@ -21,87 +70,50 @@ async fn read_from(ml: &ManagedLedger, start: Position) -> Vec<Position> {
         .collect()
 }
 
-async fn stored_info(env: &Env) -> ManagedLedgerInfo {
-    let r = env.inner_store.get(PATH).await.unwrap().unwrap();
-    decode_managed_ledger_info(&r.value).unwrap()
-}
-
-/// Every data ledger the stored metadata names exists on the cluster.
-async fn assert_every_recorded_ledger_exists(env: &Env) {
-    for li in stored_info(env).await.ledger_info {
-        assert!(
-            env.cluster.contains_ledger(li.ledger_id),
-            "the metadata names ledger {} but the cluster no longer holds it",
-            li.ledger_id
-        );
-    }
-}
-
-/// The managed ledger opened on `env` with `n` entries appended (3 per
-/// ledger) and their positions.
-async fn with_entries(env: &Env, n: usize) -> (ManagedLedger, Vec<Position>) {
-    let ml = env.factory().open(NAME, small_config()).await.unwrap();
-    let mut acked = Vec::new();
-    for i in 0..n {
-        acked.push(ml.append(format!("m{i}")).await.unwrap());
-    }
-    (ml, acked)
-}
-
-#[tokio::test]
-async fn an_ambiguous_rollover_whose_read_back_fails_keeps_the_recorded_ledger() {
-    let env = Env::new();
-    let config = small_config();
-    let (ml, mut acked) = with_entries(&env, 3).await;
-    // The next append rolls over: the compare-and-set recording the new
-    // ledger is applied, its answer is lost and the connection stays down, so
-    // reading the metadata back fails too.
-    env.store
+/// The compare-and-set recording a new data ledger at rollover is applied,
+/// its answer is lost and the connection stays down, so reading the metadata
+/// back fails too.
+async fn ambiguous_rollover(on: &Stack<'_>) {
+    let (ml, mut acked) = on.with_entries(3).await;
+    on.store
         .fail_writes_matching(PATH, 1, InjectedFailure::AppliedThenUnavailable);
-    env.store.fail_reads_matching(PATH, usize::MAX);
+    on.store.fail_reads_matching(PATH, usize::MAX);
     let err = ml.append("lost").await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
-    env.store.clear_faults();
-    let recorded = stored_info(&env).await;
+    on.store.clear_faults();
+    let recorded = on.stored_info().await;
     assert_eq!(recorded.ledger_info.len(), 2, "the rollover was applied");
-    assert_every_recorded_ledger_exists(&env).await;
+    on.assert_every_recorded_ledger_exists().await;
 
     // The owner learns what happened and goes on; every acknowledged entry
     // stays readable, also after a restart.
     acked.push(ml.append("m3").await.unwrap());
     drop(ml);
-    let ml = env.factory().open(NAME, config).await.unwrap();
-    assert_every_recorded_ledger_exists(&env).await;
+    let ml = on.factory.open(NAME, small_config()).await.unwrap();
+    on.assert_every_recorded_ledger_exists().await;
     assert_eq!(read_from(&ml, acked[0]).await, acked);
 }
 
-#[tokio::test]
-async fn an_ambiguous_cursor_ledger_record_whose_read_back_fails_keeps_the_recorded_ledger() {
-    let env = Env::new();
-    let config = small_config();
-    let ml = env.factory().open(NAME, config.clone()).await.unwrap();
+/// The same for the compare-and-set recording a cursor's first cursor
+/// ledger.
+async fn ambiguous_cursor_ledger_record(on: &Stack<'_>) {
+    let (ml, ps) = on.with_entries(3).await;
     let c = ml
         .open_cursor_at("sub", InitialPosition::Earliest)
         .await
         .unwrap();
-    let ps: Vec<Position> =
-        futures::future::try_join_all((0..3).map(|i| ml.append(format!("m{i}"))))
-            .await
-            .unwrap();
     let cursor_path = format!("{PATH}/sub");
-    // The first persisted position creates the cursor ledger and records it:
-    // applied, answer lost, read-back impossible.
-    env.store
+    on.store
         .fail_writes_matching(&cursor_path, 1, InjectedFailure::AppliedThenUnavailable);
-    env.store.fail_reads_matching(&cursor_path, usize::MAX);
+    on.store.fail_reads_matching(&cursor_path, usize::MAX);
     let err = c.mark_delete(ps[1]).await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
-    env.store.clear_faults();
-    let r = env.inner_store.get(&cursor_path).await.unwrap().unwrap();
+    on.store.clear_faults();
+    let r = on.store.get(&cursor_path).await.unwrap().unwrap();
     let info = decode_managed_cursor_info(&r.value).unwrap();
     assert!(info.cursors_ledger_id >= 0, "the record was applied");
     assert!(
-        env.cluster.contains_ledger(info.cursors_ledger_id),
+        on.cluster.contains_ledger(info.cursors_ledger_id),
         "the metadata names cursor ledger {} but the cluster no longer holds it",
         info.cursors_ledger_id
     );
@@ -110,8 +122,52 @@ async fn an_ambiguous_cursor_ledger_record_whose_read_back_fails_keeps_the_recor
     // last acknowledged position.
     c.mark_delete(ps[2]).await.unwrap();
     drop((ml, c));
-    let ml = env.factory().open(NAME, config).await.unwrap();
+    let ml = on.factory.open(NAME, small_config()).await.unwrap();
     assert_eq!(ml.cursor("sub").unwrap().mark_delete_position(), ps[2]);
+}
+
+#[tokio::test]
+async fn an_ambiguous_rollover_whose_read_back_fails_keeps_the_recorded_ledger() {
+    let env = Env::new();
+    ambiguous_rollover(&Stack::on_memory(&env)).await;
+}
+
+#[tokio::test]
+async fn an_ambiguous_cursor_ledger_record_whose_read_back_fails_keeps_the_recorded_ledger() {
+    let env = Env::new();
+    ambiguous_cursor_ledger_record(&Stack::on_memory(&env)).await;
+}
+
+/// Both on a real ZooKeeper server: the writes are applied by ZooKeeper, then
+/// reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_real_zookeeper_an_ambiguous_record_never_deletes_the_recorded_ledger() {
+    bkswitch_zk_harness::require_zk();
+    for scenario in 0..2 {
+        let url = format!(
+            "zk://{}{}",
+            bkswitch_zk_harness::shared().connect_string(),
+            bkswitch_zk_harness::unique_chroot()
+        );
+        let zk: Arc<dyn MetadataStore> = Arc::new(
+            ZkStore::connect(&url, ZkStoreOptions::default())
+                .await
+                .unwrap(),
+        );
+        let cluster = MemoryCluster::new("bk-a");
+        let store = Arc::new(RecordingStore::new(zk.clone()));
+        let on = Stack {
+            factory: ManagedLedgerFactory::new(store.clone(), Arc::new(cluster.client())),
+            store,
+            cluster: &cluster,
+        };
+        if scenario == 0 {
+            ambiguous_rollover(&on).await;
+        } else {
+            ambiguous_cursor_ledger_record(&on).await;
+        }
+        zk.close().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -121,14 +177,16 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
     // ledger is deleted only once the stored metadata is read and does not
     // name it.
     let env = Env::new();
-    let (ml, _) = with_entries(&env, 3).await;
+    let on = Stack::on_memory(&env);
+    let (ml, _) = on.with_entries(3).await;
     env.store
         .fail_writes_matching(PATH, 1, InjectedFailure::BadVersion);
     let err = ml.append("refused").await.unwrap_err();
     assert!(err.to_string().contains("fenced"), "{err}");
-    assert_every_recorded_ledger_exists(&env).await;
+    on.assert_every_recorded_ledger_exists().await;
     // Not recorded: the new ledger is gone again (nothing leaks).
-    let recorded: Vec<i64> = stored_info(&env)
+    let recorded: Vec<i64> = on
+        .stored_info()
         .await
         .ledger_info
         .iter()
@@ -143,10 +201,12 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
 async fn a_topic_whose_unclosed_last_ledger_is_missing_loads_without_it_as_pulsar_does() {
     let env = Env::new();
     let config = small_config();
-    let (ml, acked) = with_entries(&env, 4).await;
+    let on = Stack::on_memory(&env);
+    let (ml, acked) = on.with_entries(4).await;
     let last = ml.current_ledger_id().unwrap();
     drop(ml); // a crash: the last ledger is recorded without entries
-    assert!(stored_info(&env)
+    assert!(on
+        .stored_info()
         .await
         .ledger_info
         .iter()
@@ -155,7 +215,7 @@ async fn a_topic_whose_unclosed_last_ledger_is_missing_loads_without_it_as_pulsa
 
     let ml = env.factory().open(NAME, config.clone()).await.unwrap();
     assert!(!ml.ledger_ids().contains(&last), "{:?}", ml.ledger_ids());
-    assert_every_recorded_ledger_exists(&env).await;
+    on.assert_every_recorded_ledger_exists().await;
     // What the sealed ledgers hold is still there, and the topic takes appends.
     assert_eq!(read_from(&ml, acked[0]).await, acked[..3].to_vec());
     ml.append("after").await.unwrap();
