@@ -43,7 +43,10 @@ struct Two {
 }
 
 fn two() -> Two {
-    let env = Env::new();
+    two_on(Env::new())
+}
+
+fn two_on(env: Env) -> Two {
     let b = MemoryCluster::new("bk-b");
     b.advance_ledger_id_to(1000).unwrap();
     let b_client: Arc<dyn BookKeeper> = Arc::new(b.client());
@@ -408,7 +411,21 @@ async fn copied_to_b() -> (
     i64,
     Vec<Position>,
 ) {
-    let t = two();
+    copied_to_b_on(Env::new()).await
+}
+
+/// As [`copied_to_b`], on `env`'s store.
+async fn copied_to_b_on(
+    env: Env,
+) -> (
+    Two,
+    bkswitch_managed_ledger::ManagedLedger,
+    bkswitch_managed_ledger::ManagedCursor,
+    i64,
+    i64,
+    Vec<Position>,
+) {
+    let t = two_on(env);
     let config = small_config().with_hooks(t.hooks.storage_hooks());
     let ml = t.env.factory().open(NAME, config).await.unwrap();
     let c = ml
@@ -537,7 +554,11 @@ async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
 /// store.
 #[tokio::test]
 async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
-    let (t, _ml, c, ledger, copied, _ps) = copied_to_b().await;
+    ambiguous_flip_converges(Env::new()).await;
+}
+
+async fn ambiguous_flip_converges(env: Env) {
+    let (t, _ml, c, ledger, copied, _ps) = copied_to_b_on(env).await;
     let first = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
     if let Err(e) = &first {
         assert!(e.is_retryable(), "{e}");
@@ -579,7 +600,11 @@ async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
 /// whose stamp may already name the target).
 #[tokio::test]
 async fn a_mark_delete_after_an_ambiguous_stamp_flip_survives_a_crash() {
-    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    mark_delete_after_ambiguous_flip(Env::new()).await;
+}
+
+async fn mark_delete_after_ambiguous_flip(env: Env) {
+    let (t, ml, c, ledger, copied, ps) = copied_to_b_on(env).await;
     let _ = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
 
     c.mark_delete(ps[2]).await.unwrap();
@@ -591,4 +616,12 @@ async fn a_mark_delete_after_an_ambiguous_stamp_flip_survives_a_crash() {
         ps[2],
         "the cursor moved back"
     );
+}
+
+/// Both ambiguous-flip scenarios on a real ZooKeeper server: ZooKeeper
+/// applies the flip, the answer is reported lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_real_zookeeper_an_ambiguous_stamp_flip_converges_and_never_moves_the_cursor_back() {
+    ambiguous_flip_converges(Env::on_zookeeper().await).await;
+    mark_delete_after_ambiguous_flip(Env::on_zookeeper().await).await;
 }

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use bkswitch_bk_client::MemoryCluster;
 use bkswitch_managed_ledger::testkit::{InjectedFailure, RecordingStore};
 use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, ManagedLedgerFactory, Position};
-use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::ml::ManagedLedgerInfo;
 use common::*;
 
-/// What a loss-path scenario runs on: a recording store over the memory
-/// store or a real ZooKeeper, a memory cluster and a factory on both (opening
-/// again on it is a restart: nothing is cached).
+/// What a loss-path scenario runs on: the recording store of an [`Env`]
+/// (over the memory store or a real ZooKeeper), its memory cluster and a
+/// factory on both (opening again on it is a restart: nothing is cached).
 struct Stack<'a> {
     store: Arc<RecordingStore>,
     cluster: &'a MemoryCluster,
@@ -24,7 +24,7 @@ struct Stack<'a> {
 }
 
 impl Stack<'_> {
-    fn on_memory(env: &Env) -> Stack<'_> {
+    fn on(env: &Env) -> Stack<'_> {
         Stack {
             store: env.store.clone(),
             cluster: &env.cluster,
@@ -129,44 +129,28 @@ async fn ambiguous_cursor_ledger_record(on: &Stack<'_>) {
 #[tokio::test]
 async fn an_ambiguous_rollover_whose_read_back_fails_keeps_the_recorded_ledger() {
     let env = Env::new();
-    ambiguous_rollover(&Stack::on_memory(&env)).await;
+    ambiguous_rollover(&Stack::on(&env)).await;
 }
 
 #[tokio::test]
 async fn an_ambiguous_cursor_ledger_record_whose_read_back_fails_keeps_the_recorded_ledger() {
     let env = Env::new();
-    ambiguous_cursor_ledger_record(&Stack::on_memory(&env)).await;
+    ambiguous_cursor_ledger_record(&Stack::on(&env)).await;
 }
 
 /// Both on a real ZooKeeper server: the writes are applied by ZooKeeper, then
 /// reported lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_real_zookeeper_an_ambiguous_record_never_deletes_the_recorded_ledger() {
-    bkswitch_zk_harness::require_zk();
     for scenario in 0..2 {
-        let url = format!(
-            "zk://{}{}",
-            bkswitch_zk_harness::shared().connect_string(),
-            bkswitch_zk_harness::unique_chroot()
-        );
-        let zk: Arc<dyn MetadataStore> = Arc::new(
-            ZkStore::connect(&url, ZkStoreOptions::default())
-                .await
-                .unwrap(),
-        );
-        let cluster = MemoryCluster::new("bk-a");
-        let store = Arc::new(RecordingStore::new(zk.clone()));
-        let on = Stack {
-            factory: ManagedLedgerFactory::new(store.clone(), Arc::new(cluster.client())),
-            store,
-            cluster: &cluster,
-        };
+        let env = Env::on_zookeeper().await;
+        let on = Stack::on(&env);
         if scenario == 0 {
             ambiguous_rollover(&on).await;
         } else {
             ambiguous_cursor_ledger_record(&on).await;
         }
-        zk.close().await.unwrap();
+        env.inner_store.close().await.unwrap();
     }
 }
 
@@ -177,7 +161,7 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
     // ledger is deleted only once the stored metadata is read and does not
     // name it.
     let env = Env::new();
-    let on = Stack::on_memory(&env);
+    let on = Stack::on(&env);
     let (ml, _) = on.with_entries(3).await;
     env.store
         .fail_writes_matching(PATH, 1, InjectedFailure::BadVersion);
@@ -201,7 +185,7 @@ async fn a_lost_conflict_answer_never_deletes_a_ledger_another_writer_recorded()
 async fn a_topic_whose_unclosed_last_ledger_is_missing_loads_without_it_as_pulsar_does() {
     let env = Env::new();
     let config = small_config();
-    let on = Stack::on_memory(&env);
+    let on = Stack::on(&env);
     let (ml, acked) = on.with_entries(4).await;
     let last = ml.current_ledger_id().unwrap();
     drop(ml); // a crash: the last ledger is recorded without entries

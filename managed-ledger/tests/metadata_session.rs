@@ -14,7 +14,7 @@ use bkswitch_managed_ledger::{
     InitialPosition, ManagedCursor, ManagedLedger, ManagedLedgerErrorKind, ManagedLedgerFactory,
     MetadataSession, Position,
 };
-use bkswitch_metadata_store::{MetadataStore, SessionEvent, ZkStore, ZkStoreOptions};
+use bkswitch_metadata_store::{MemoryStore, MetadataStore, SessionEvent, ZkStore, ZkStoreOptions};
 use common::*;
 
 /// A managed ledger whose every next step would trim or roll over: its first
@@ -109,14 +109,15 @@ async fn wait_for(what: &str, secs: u64, cond: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn the_factory_follows_the_memory_store_session() {
-    let env = Env::new();
+    let memory = Arc::new(MemoryStore::new());
+    let env = Env::on(memory.clone());
     let factory = env.factory();
     let ml = factory.open(NAME, small_config()).await.unwrap();
     let session = ml.metadata_session();
     assert!(Arc::ptr_eq(&session, &factory.metadata_session()));
     assert!(session.is_available());
     // Expiry: SessionExpired, then SessionReestablished.
-    env.inner_store.expire_session().unwrap();
+    memory.expire_session().unwrap();
     wait_for("the expiry to be seen", 5, || session.losses() == 1).await;
     wait_for("the new session", 5, || session.is_available()).await;
 }
