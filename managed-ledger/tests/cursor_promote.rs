@@ -78,7 +78,7 @@ fn cursor_path() -> String {
 
 #[tokio::test]
 async fn complete_copy_flips_only_the_stamp_and_later_positions_go_to_the_new_cluster() {
-    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    let (t, ml, c, ledger, copied, ps) = copied_to_b(Env::new()).await;
     let config = small_config().with_hooks(t.hooks.storage_hooks());
     assert!(t.env.cluster.contains_ledger(ledger));
     let before = t
@@ -400,22 +400,10 @@ async fn a_closed_cursor_is_promoted_by_its_exact_copy_but_never_rolled_over() {
 }
 
 /// A cursor ledger on `bk-a` (three entries, two mark-deletes) copied to
-/// `bk-b`, the node creating ledgers on `bk-b`, before PROMOTE: (the test,
-/// the managed ledger, the cursor, the cursor ledger, the copied last entry
-/// id, the positions).
-async fn copied_to_b() -> (
-    Two,
-    bkswitch_managed_ledger::ManagedLedger,
-    bkswitch_managed_ledger::ManagedCursor,
-    i64,
-    i64,
-    Vec<Position>,
-) {
-    copied_to_b_on(Env::new()).await
-}
-
-/// As [`copied_to_b`], on `env`'s store.
-async fn copied_to_b_on(
+/// `bk-b`, the node creating ledgers on `bk-b`, before PROMOTE, on `env`'s
+/// store: (the test, the managed ledger, the cursor, the cursor ledger, the
+/// copied last entry id, the positions).
+async fn copied_to_b(
     env: Env,
 ) -> (
     Two,
@@ -498,7 +486,7 @@ async fn ambiguous_flip_to_b(
 /// with the target cluster dead: the owner never reads the target's copy.
 #[tokio::test]
 async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
-    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    let (t, ml, c, ledger, copied, ps) = copied_to_b(Env::new()).await;
     let promoted = c
         .promote_cursor_ledger(ledger, copied, "bk-b")
         .await
@@ -524,7 +512,7 @@ async fn the_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
 /// cursor from the target's copy while the target was up).
 #[tokio::test]
 async fn a_new_owner_rolls_a_promoted_cursor_back_with_the_target_dead() {
-    let (t, ml, c, ledger, copied, ps) = copied_to_b().await;
+    let (t, ml, c, ledger, copied, ps) = copied_to_b(Env::new()).await;
     c.promote_cursor_ledger(ledger, copied, "bk-b")
         .await
         .unwrap();
@@ -558,7 +546,7 @@ async fn an_ambiguous_stamp_flip_converges_and_the_owner_matches_the_store() {
 }
 
 async fn ambiguous_flip_converges(env: Env) {
-    let (t, _ml, c, ledger, copied, _ps) = copied_to_b_on(env).await;
+    let (t, _ml, c, ledger, copied, _ps) = copied_to_b(env).await;
     let first = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
     if let Err(e) = &first {
         assert!(e.is_retryable(), "{e}");
@@ -604,7 +592,7 @@ async fn a_mark_delete_after_an_ambiguous_stamp_flip_survives_a_crash() {
 }
 
 async fn mark_delete_after_ambiguous_flip(env: Env) {
-    let (t, ml, c, ledger, copied, ps) = copied_to_b_on(env).await;
+    let (t, ml, c, ledger, copied, ps) = copied_to_b(env).await;
     let _ = ambiguous_flip_to_b(&t, &c, ledger, copied).await;
 
     c.mark_delete(ps[2]).await.unwrap();
