@@ -18,6 +18,7 @@ use bkswitch_proto::ml::ManagedCursorInfo;
 
 use crate::clock::Clock;
 use crate::error::{ManagedLedgerError, Result};
+use crate::session::MetadataSession;
 
 /// How long [`Ctx::resolve_ledger_to_open`] waits for a cluster's client to
 /// start.
@@ -40,11 +41,42 @@ pub(crate) struct Ctx {
     pub(crate) client: Arc<dyn BookKeeper>,
     pub(crate) config: ManagedLedgerConfig,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The metadata store's session, as the factory follows it: trims and
+    /// rollovers wait while it is lost.
+    pub(crate) session: Arc<MetadataSession>,
 }
 
 impl Ctx {
     pub(crate) fn now(&self) -> i64 {
         self.clock.now_millis()
+    }
+
+    /// Refuses `what` (a trim, a forced rollover) while the metadata session
+    /// is lost, counting it as deferred.
+    pub(crate) fn check_session(&self, what: &'static str, trim: bool) -> Result<()> {
+        if self.session.is_available() {
+            return Ok(());
+        }
+        if trim {
+            self.session.defer_trim();
+        } else {
+            self.session.defer_rollover();
+        }
+        tracing::info!(managed_ledger = %self.name, what, "deferred: the metadata session is lost");
+        Err(ManagedLedgerError::MetadataSessionLost {
+            name: self.name.clone(),
+            deferred: what,
+        })
+    }
+
+    /// Whether a rollover that is due may run now; when the metadata session
+    /// is lost it is put off (counted) and the current ledger kept.
+    pub(crate) fn rollover_may_run(&self) -> bool {
+        let available = self.session.is_available();
+        if !available {
+            self.session.defer_rollover();
+        }
+        available
     }
 
     /// S1: the client a new ledger is created on.
@@ -223,6 +255,48 @@ impl Ctx {
         }
     }
 
+    /// After the compare-and-set that was to record the new ledger `handle`
+    /// failed: reads the metadata at `path` back and deletes the ledger (as
+    /// [`discard_unrecorded`](Self::discard_unrecorded)) only when the stored
+    /// value does not name it (`names_it`). A failure may hide an applied
+    /// write (the answer was lost, or a client retry of an applied write saw
+    /// its own version as a conflict): deleting then would leave the metadata
+    /// naming a deleted ledger. When the stored value names it, or cannot be
+    /// read, the ledger is closed and kept (at worst unreferenced, reported in
+    /// the log), as the schema storage does.
+    pub(crate) async fn discard_unless_recorded(
+        &self,
+        path: &str,
+        handle: &dyn WriteHandle,
+        creator: &dyn BookKeeper,
+        resolve: impl FnOnce() -> Result<Arc<dyn BookKeeper>>,
+        names_it: impl FnOnce(&[u8]) -> bool,
+    ) -> Unrecorded {
+        let id = handle.id();
+        match self.store.get(path).await {
+            Ok(Some(r)) if names_it(&r.value) => {
+                let _ = handle.close().await;
+                tracing::warn!(managed_ledger = %self.name, ledger_id = id, path,
+                    version = r.stat.version,
+                    "the metadata write failed but the stored metadata names the new ledger; \
+                     keeping it");
+                Unrecorded::Recorded
+            }
+            Ok(_) => {
+                self.discard_unrecorded(handle, creator, resolve).await;
+                Unrecorded::Deleted
+            }
+            Err(e) => {
+                let _ = handle.close().await;
+                tracing::warn!(managed_ledger = %self.name, ledger_id = id, path, error = %e,
+                    cluster = creator.cluster_name(),
+                    "cannot tell whether the metadata write recording the new ledger was \
+                     applied; keeping the ledger, which may be unreferenced");
+                Unrecorded::Unknown
+            }
+        }
+    }
+
     /// Deletes a ledger that was created but could not be recorded, through
     /// `client` (the resolver's answer, or the creator when no stamp exists).
     pub(crate) async fn delete_orphan(&self, client: &dyn BookKeeper, ledger_id: LedgerId) {
@@ -301,6 +375,19 @@ impl Ctx {
             }
         }
     }
+}
+
+/// What [`Ctx::discard_unless_recorded`] did with a new ledger whose
+/// recording failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unrecorded {
+    /// The stored metadata does not name it: it was deleted.
+    Deleted,
+    /// The stored metadata names it (the write was applied, or a later writer
+    /// kept it): closed and kept.
+    Recorded,
+    /// The metadata could not be read back: closed and kept.
+    Unknown,
 }
 
 /// Deletes `ledger_id` on `client` (already gone counts as deleted); a failure

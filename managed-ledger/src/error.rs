@@ -45,6 +45,8 @@ pub enum ManagedLedgerErrorKind {
     Metadata,
     /// A PIP-477 hook failed.
     Hook,
+    /// Risky work was deferred: the metadata store's session is lost.
+    MetadataSessionLost,
 }
 
 /// The lower-layer error behind a [`ManagedLedgerError::Fenced`]: kept typed so
@@ -217,6 +219,20 @@ pub enum ManagedLedgerError {
         #[source]
         source: MetadataError,
     },
+    /// Risky work (a trim, a forced rollover) was not done because the
+    /// metadata store's session is lost (see
+    /// [`MetadataSession`](crate::MetadataSession)); nothing changed. Retry
+    /// once the session is back.
+    #[error(
+        "managed ledger '{name}': {deferred} deferred: the metadata store's session is lost; \
+         nothing was changed, retry once the session is back"
+    )]
+    MetadataSessionLost {
+        /// The managed ledger.
+        name: String,
+        /// What was deferred.
+        deferred: &'static str,
+    },
     /// A PIP-477 hook (S1/S2/S4) failed.
     #[error("{context}: hook failed: {source}")]
     Hook {
@@ -248,6 +264,9 @@ impl ManagedLedgerError {
             ManagedLedgerError::Client { .. } => ManagedLedgerErrorKind::Client,
             ManagedLedgerError::Metadata { .. } => ManagedLedgerErrorKind::Metadata,
             ManagedLedgerError::Hook { .. } => ManagedLedgerErrorKind::Hook,
+            ManagedLedgerError::MetadataSessionLost { .. } => {
+                ManagedLedgerErrorKind::MetadataSessionLost
+            }
         }
     }
 
@@ -260,6 +279,7 @@ impl ManagedLedgerError {
             ManagedLedgerError::Hook { source, .. } => source.is_retryable(),
             ManagedLedgerError::MetadataConflict { .. } => true,
             ManagedLedgerError::NotOnActiveCluster { .. } => true,
+            ManagedLedgerError::MetadataSessionLost { .. } => true,
             _ => false,
         }
     }

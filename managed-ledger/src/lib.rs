@@ -10,6 +10,7 @@ mod ledger_view;
 mod name;
 mod position;
 mod props;
+mod session;
 mod storage;
 
 pub mod schema;
@@ -21,4 +22,5 @@ pub use error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
 pub use ledger::{ManagedLedger, ManagedLedgerFactory};
 pub use name::{validate_cursor_name, validate_managed_ledger_name};
 pub use position::{Entry, Position};
+pub use session::MetadataSession;
 pub use storage::{BookKeeperStorage, BookKeeperStorageClass, DEFAULT_STORAGE_CLASS};

@@ -9,7 +9,8 @@ use bkswitch_proto::codec::decode_managed_cursor_info;
 use bkswitch_proto::ml::{ManagedCursorInfo, PositionInfo};
 use bkswitch_proto::{Message, Stamped};
 
-use super::state::{CursorInner, CursorLedger, CursorMeta};
+use super::state::{CursorInner, CursorLedger, CursorMeta, Unsettled};
+use crate::ctx::Unrecorded;
 use crate::error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
 use crate::props::merge_properties;
 
@@ -20,8 +21,12 @@ impl CursorInner {
         let cfg = &self.ctx.config;
         if let Some(l) = meta.ledger.as_mut() {
             let age = self.ctx.now().saturating_sub(l.created_ms).max(0) as u128;
-            if l.entries < cfg.cursor_max_entries_per_ledger
-                && age < cfg.cursor_ledger_rollover_time.as_millis()
+            // A full or old cursor ledger is kept while the metadata session
+            // is lost (the rollover is deferred, as Pulsar's
+            // `shouldCloseLedger` does); a failed one is not.
+            if (l.entries < cfg.cursor_max_entries_per_ledger
+                && age < cfg.cursor_ledger_rollover_time.as_millis())
+                || !self.ctx.rollover_may_run()
             {
                 match l.handle.add_entry(pi.encode_to_vec().into()).await {
                     Ok(_) => {
@@ -52,6 +57,7 @@ impl CursorInner {
     /// one compare-and-set, then deletes the previous cursor ledger through
     /// the cursor resolver ([I15](bkswitch_docs::invariants::I15)).
     pub(super) async fn roll(&self, meta: &mut CursorMeta, pi: PositionInfo) -> Result<()> {
+        self.settle_unknown_write(meta).await?;
         let ctx = &self.ctx;
         let what = || format!("cursor '{}' of managed ledger '{}'", self.name, ctx.name);
         let (client, handle) = ctx
@@ -104,10 +110,23 @@ impl CursorInner {
         let new_version = match result {
             Ok(v) => v,
             Err(e) => {
-                ctx.discard_unrecorded(handle.as_ref(), client.as_ref(), || {
-                    ctx.resolve_cursor(&self.name, &info)
-                })
-                .await;
+                let kept = ctx
+                    .discard_unless_recorded(
+                        &self.path,
+                        handle.as_ref(),
+                        client.as_ref(),
+                        || ctx.resolve_cursor(&self.name, &info),
+                        |stored| {
+                            decode_managed_cursor_info(stored)
+                                .map_or(true, |stored| stored.cursors_ledger_id == id)
+                        },
+                    )
+                    .await;
+                if kept != Unrecorded::Deleted {
+                    if let Ok(bytes) = self.encode(&info) {
+                        self.leave_unsettled(meta, bytes, info).await;
+                    }
+                }
                 return Err(e);
             }
         };
@@ -146,12 +165,6 @@ impl CursorInner {
         let Ok(stored) = decode_managed_cursor_info(&r.value) else {
             return false;
         };
-        let without_stamp = |info: &ManagedCursorInfo| {
-            let mut i = info.clone();
-            i.cursor_properties
-                .retain(|p| p.name != bkswitch_proto::ATTR_KEY);
-            i
-        };
         let stamp_changed = stored.cluster_stamp().ok() != meta.info.cluster_stamp().ok();
         if !stamp_changed
             || r.stat.version == meta.version
@@ -165,6 +178,111 @@ impl CursorInner {
         meta.info = stored;
         meta.version = r.stat.version;
         true
+    }
+
+    /// Records that the write of `bytes` (`info`) on `meta.version` has an
+    /// unknown outcome, and stops appending to the current cursor ledger: the
+    /// stored metadata may already name another ledger or another cluster for
+    /// it, so a position appended there could be lost on recovery.
+    pub(super) async fn leave_unsettled(
+        &self,
+        meta: &mut CursorMeta,
+        bytes: Vec<u8>,
+        info: ManagedCursorInfo,
+    ) {
+        meta.unsettled = Some(Unsettled {
+            bytes,
+            version: meta.version,
+            info,
+            previous: meta.info.clone(),
+        });
+        self.seal_current(meta).await;
+    }
+
+    /// Closes the cursor ledger this instance appends to, remembering what it
+    /// holds (`meta.sealed`); the next position rolls onto a new one.
+    pub(super) async fn seal_current(&self, meta: &mut CursorMeta) {
+        if let Some(l) = meta.ledger.take() {
+            let _ = l.handle.close().await;
+            meta.sealed = Some((l.id, l.handle.last_add_confirmed()));
+        }
+    }
+
+    /// Settles a write whose outcome was unknown (see [`Unsettled`]) before
+    /// the next metadata write of the cursor, under the cursor lock. Reads the
+    /// metadata back and
+    /// - when it holds what was written (possibly with a stamp a coordinator
+    ///   changed since), adopts it; after a rollover the previous cursor
+    ///   ledger is deleted, as the rollover would have done;
+    /// - when it does not, keeps the metadata it holds (adopting a stamp-only
+    ///   change) and deletes the new cursor ledger the write was to record;
+    /// - when another writer changed more, leaves it to the next
+    ///   compare-and-set, which finds this owner fenced.
+    ///
+    /// A failing read leaves it unsettled and fails (retryable): nothing is
+    /// written on a guess.
+    pub(super) async fn settle_unknown_write(&self, meta: &mut CursorMeta) -> Result<()> {
+        let Some(u) = meta.unsettled.take() else {
+            return Ok(());
+        };
+        let ctx = &self.ctx;
+        let stored = match ctx.store.get(&self.path).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                meta.unsettled = Some(u);
+                return Err(ManagedLedgerError::metadata(
+                    format!(
+                        "reading back cursor '{}' of managed ledger '{}' to learn whether its \
+                         last metadata write was applied (its answer was lost); retry once the \
+                         metadata store answers",
+                        self.name, ctx.name
+                    ),
+                    e,
+                ));
+            }
+        };
+        let Some(r) = stored else {
+            return Ok(());
+        };
+        let Ok(stored) = decode_managed_cursor_info(&r.value) else {
+            return Ok(());
+        };
+        let applied = if r.stat.version == u.version + 1 && r.value == u.bytes {
+            Some(true)
+        } else if r.stat.version == u.version {
+            Some(false)
+        } else if without_stamp(&stored) == without_stamp(&u.info) {
+            Some(true)
+        } else if without_stamp(&stored) == without_stamp(&meta.info) {
+            Some(false)
+        } else {
+            None
+        };
+        let Some(applied) = applied else {
+            return Ok(());
+        };
+        tracing::info!(managed_ledger = %ctx.name, cursor = %self.name, applied,
+            version = r.stat.version, "settled a cursor metadata write whose answer was lost");
+        let rolled = u.info.cursors_ledger_id != u.previous.cursors_ledger_id;
+        meta.info = stored;
+        meta.version = r.stat.version;
+        self.pos.lock().cursors_ledger_id = meta.info.cursors_ledger_id;
+        if applied && rolled && u.previous.cursors_ledger_id >= 0 {
+            if let Err(e) = ctx.delete_cursor_ledger(&self.name, &u.previous).await {
+                tracing::warn!(managed_ledger = %ctx.name, cursor = %self.name,
+                    ledger_id = u.previous.cursors_ledger_id, error = %e,
+                    "cursor ledger could not be deleted; it is orphaned");
+            }
+        } else if !applied && rolled {
+            let id = u.info.cursors_ledger_id;
+            match ctx.resolve_cursor(&self.name, &u.info) {
+                Ok(client) => ctx.delete_orphan(client.as_ref(), id).await,
+                Err(e) => tracing::warn!(managed_ledger = %ctx.name, cursor = %self.name,
+                    ledger_id = id, error = %e,
+                    "cannot resolve the unrecorded cursor ledger; it is orphaned"),
+            }
+        }
+        Ok(())
     }
 
     /// Writes encoded cursor metadata with a compare-and-set on `version`
@@ -214,9 +332,7 @@ impl CursorInner {
     /// Closes the cursor's ledger handle; the cursor stays recorded.
     pub(crate) async fn close(&self) {
         let mut meta = self.meta.lock().await;
-        if let Some(l) = meta.ledger.take() {
-            let _ = l.handle.close().await;
-        }
+        self.seal_current(&mut meta).await;
         meta.closed = true;
     }
 
@@ -254,4 +370,13 @@ impl CursorInner {
         tracing::info!(managed_ledger = %self.ctx.name, cursor = %self.name, "cursor deleted");
         Ok(())
     }
+}
+
+/// `info` without its cluster stamp: two cursor metadata values that differ
+/// only in the stamp are equal so (a stamp-only change is a coordinator's).
+fn without_stamp(info: &ManagedCursorInfo) -> ManagedCursorInfo {
+    let mut i = info.clone();
+    i.cursor_properties
+        .retain(|p| p.name != bkswitch_proto::ATTR_KEY);
+    i
 }

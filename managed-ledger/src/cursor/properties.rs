@@ -9,7 +9,7 @@ use bkswitch_proto::ml::{ManagedCursorInfo, StringProperty};
 use bkswitch_proto::{Stamped, RESERVED_PREFIX};
 
 use super::state::{CursorInner, CursorMeta};
-use crate::error::{ManagedLedgerError, Result};
+use crate::error::{ManagedLedgerError, ManagedLedgerErrorKind, Result};
 use crate::props::merge_properties;
 
 /// What [`ManagedCursor::promote_cursor_ledger`](super::ManagedCursor::promote_cursor_ledger) did.
@@ -53,14 +53,37 @@ impl CursorInner {
     ) -> Result<(ManagedCursorInfo, i64)> {
         let mut meta = self.meta.lock().await;
         self.check_open(&meta)?;
+        self.settle_unknown_write(&mut meta).await?;
         self.expect_cursor_ledger(&meta, expected)?;
         let mut info = meta.info.clone();
         f(&mut info.cursor_properties);
-        let bytes = self.encode(&info)?;
-        let version = self.cas(&bytes, meta.version, false).await?;
-        meta.info = info;
-        meta.version = version;
+        let version = self.write_properties(&mut meta, info).await?;
         Ok((meta.info.clone(), version))
+    }
+
+    /// Writes `info`, which changes only `cursorProperties`, with one
+    /// compare-and-set. When the outcome is unknown (the answer was lost and
+    /// reading back failed) the write is left to be settled before the next
+    /// one and the cursor stops appending to its ledger, whose stamp may have
+    /// changed.
+    async fn write_properties(
+        &self,
+        meta: &mut CursorMeta,
+        info: ManagedCursorInfo,
+    ) -> Result<i64> {
+        let bytes = self.encode(&info)?;
+        match self.cas(&bytes, meta.version, false).await {
+            Ok(version) => {
+                meta.info = info;
+                meta.version = version;
+                Ok(version)
+            }
+            Err(e) if e.kind() == ManagedLedgerErrorKind::MetadataConflict => Err(e),
+            Err(e) => {
+                self.leave_unsettled(meta, bytes, info).await;
+                Err(e)
+            }
+        }
     }
 
     /// The user-visible cursor properties (reserved `_pulsar.` keys excluded).
@@ -102,6 +125,7 @@ impl CursorInner {
         target_cluster: &str,
     ) -> Result<CursorPromotion> {
         let mut meta = self.meta.lock().await;
+        self.settle_unknown_write(&mut meta).await?;
         // A closed cursor (its ledger sealed, the cursor still recorded) can
         // still be promoted when the copy is exact: the flip is one CAS on its
         // metadata and writes no ledger. Refusing it would stall PROMOTE for
@@ -120,9 +144,19 @@ impl CursorInner {
             return Ok(CursorPromotion::AlreadyOnTarget);
         }
         let id = meta.info.cursors_ledger_id;
+        // What the recorded ledger holds: from the handle this cursor appends
+        // to, or from when this instance sealed it (at recovery, or when it
+        // promoted or closed it: a ledger nobody appends to any more, whose
+        // copies hold the same). Only a ledger this instance never saw is
+        // read, on the cluster its stamp names. So the rollback of a promoted
+        // cursor is a metadata-only flip: it never needs the target cluster,
+        // which may be dead.
         let current_lac = match meta.ledger.as_ref().filter(|l| l.id == id) {
             Some(l) => l.handle.last_add_confirmed(),
             None if id < 0 => -1,
+            None if meta.sealed.is_some_and(|(sealed, _)| sealed == id) => {
+                meta.sealed.map_or(-1, |(_, lac)| lac)
+            }
             None => {
                 let client = self.ctx.resolve_cursor(&self.name, &meta.info)?;
                 let cfg = &self.ctx.config;
@@ -147,13 +181,8 @@ impl CursorInner {
         if id >= 0 && current_lac == copied_last_entry_id {
             let mut info = meta.info.clone();
             info.set_cluster_stamp(target_cluster).map_err(corrupt)?;
-            let bytes = self.encode(&info)?;
-            let version = self.cas(&bytes, meta.version, false).await?;
-            meta.info = info;
-            meta.version = version;
-            if let Some(old) = meta.ledger.take() {
-                let _ = old.handle.close().await;
-            }
+            let version = self.write_properties(&mut meta, info).await?;
+            self.seal_current(&mut meta).await;
             tracing::info!(managed_ledger = %self.ctx.name, cursor = %self.name,
                 ledger_id = id, cluster = target_cluster, "cursor ledger promoted");
             return Ok(CursorPromotion::Promoted { version });

@@ -47,9 +47,9 @@ impl CursorInner {
                     ml,
                     ctx.clone(),
                     name,
-                    info,
-                    stat.version,
+                    (info, stat.version),
                     pos,
+                    None,
                 ));
                 tracing::info!(managed_ledger = %ctx.name, cursor = name, mark_delete = %mark_delete, "cursor created");
                 Ok(inner)
@@ -103,6 +103,9 @@ impl CursorInner {
             ),
             ranges_of(&info.individual_deleted_messages),
         );
+        // The recorded cursor ledger's last entry id, as the recovery open
+        // sealed it: a promotion or rollback decision needs no read later.
+        let mut sealed = None;
         let (mark_delete, ranges) = if info.cursors_ledger_id < 0 {
             snapshot
         } else {
@@ -114,6 +117,7 @@ impl CursorInner {
             {
                 Ok(h) => {
                     let lac = h.last_add_confirmed();
+                    sealed = Some((info.cursors_ledger_id, lac));
                     if lac < 0 {
                         snapshot
                     } else {
@@ -175,9 +179,9 @@ impl CursorInner {
             ml,
             ctx.clone(),
             name,
-            info,
-            r.stat.version,
+            (info, r.stat.version),
             pos,
+            sealed,
         ));
         tracing::info!(managed_ledger = %ctx.name, cursor = name, mark_delete = %mark_delete, "cursor recovered");
         Ok(Some(inner))

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use bkswitch_bk_client::{LedgerId, WriteHandle};
+use bkswitch_bk_client::{EntryId, LedgerId, WriteHandle};
 use bkswitch_proto::codec::encode_managed_cursor_info;
 use bkswitch_proto::ml::ManagedCursorInfo;
 
@@ -23,6 +23,23 @@ pub(super) struct CursorLedger {
     pub(super) entries: u64,
 }
 
+/// A metadata write of the owner whose outcome is unknown: it failed and
+/// reading the metadata back failed too (or showed another writer). Settled
+/// before the next metadata write of the cursor
+/// ([`CursorInner::settle_unknown_write`]).
+#[derive(Debug)]
+pub(super) struct Unsettled {
+    /// The bytes written.
+    pub(super) bytes: Vec<u8>,
+    /// The version they were written on.
+    pub(super) version: i64,
+    /// The metadata they encode.
+    pub(super) info: ManagedCursorInfo,
+    /// The metadata they were to replace (its cursor ledger is deleted once
+    /// a rollover is known to be applied).
+    pub(super) previous: ManagedCursorInfo,
+}
+
 /// What the cursor lock guards.
 #[derive(Debug)]
 pub(super) struct CursorMeta {
@@ -30,6 +47,12 @@ pub(super) struct CursorMeta {
     pub(super) version: i64,
     pub(super) ledger: Option<CursorLedger>,
     pub(super) closed: bool,
+    /// The last entry id of a cursor ledger this instance no longer appends
+    /// to (sealed when it was recovered, promoted or closed): what the ledger
+    /// holds on every cluster that has it, known without reading it.
+    pub(super) sealed: Option<(LedgerId, EntryId)>,
+    /// A write whose outcome is unknown, settled before the next one.
+    pub(super) unsettled: Option<Unsettled>,
 }
 
 /// The shared state of a [`ManagedCursor`](super::ManagedCursor).
@@ -64,14 +87,15 @@ pub(super) fn encode_cursor_info(
 
 impl CursorInner {
     /// A cursor whose metadata `info` is at `version`, with no open cursor
-    /// ledger yet.
+    /// ledger yet; `sealed` is the recorded cursor ledger's last entry id when
+    /// recovery read it.
     pub(super) fn new(
         ml: Weak<dyn LedgerView>,
         ctx: Arc<Ctx>,
         name: &str,
-        info: ManagedCursorInfo,
-        version: i64,
+        (info, version): (ManagedCursorInfo, i64),
         pos: CursorPos,
+        sealed: Option<(LedgerId, EntryId)>,
     ) -> CursorInner {
         CursorInner {
             name: name.to_owned(),
@@ -83,6 +107,8 @@ impl CursorInner {
                 version,
                 ledger: None,
                 closed: false,
+                sealed,
+                unsettled: None,
             }),
             pos: parking_lot::Mutex::new(pos),
         }

@@ -14,6 +14,7 @@ use crate::cursor::{InitialPosition, ManagedCursor};
 use crate::error::ManagedLedgerError;
 use crate::error::Result;
 use crate::position::{Entry, Position};
+use crate::session::MetadataSession;
 
 /// A managed ledger: an append-only log of entries over a sequence of
 /// BookKeeper ledgers, with named cursors.
@@ -31,6 +32,12 @@ impl ManagedLedger {
     /// The managed ledger's name.
     pub fn name(&self) -> &str {
         &self.inner.ctx.name
+    }
+
+    /// The metadata store's session as this managed ledger sees it (shared
+    /// by every managed ledger of its factory): see [`MetadataSession`].
+    pub fn metadata_session(&self) -> Arc<MetadataSession> {
+        self.inner.ctx.session.clone()
     }
 
     /// The config it was opened with.
@@ -102,6 +109,8 @@ impl ManagedLedger {
     /// # Errors
     ///
     /// As [`append`](Self::append); on failure nothing unrecorded is left behind.
+    /// [`ManagedLedgerError::MetadataSessionLost`] (retryable, nothing done)
+    /// while the metadata store's session is lost.
     pub async fn rollover(&self) -> Result<()> {
         self.inner.force_rollover().await
     }
@@ -173,6 +182,8 @@ impl ManagedLedger {
     /// [`ManagedLedgerError::Fenced`], [`ManagedLedgerError::Closed`]; store and
     /// hook errors. A failing BookKeeper delete is logged, not returned: the
     /// ledger is no longer recorded.
+    /// [`ManagedLedgerError::MetadataSessionLost`] (retryable, nothing done)
+    /// while the metadata store's session is lost, as in Pulsar.
     pub async fn trim_consumed_ledgers(&self) -> Result<Vec<LedgerId>> {
         self.inner.trim_consumed_ledgers().await
     }

@@ -18,6 +18,7 @@ impl MlInner {
             return Ok(p);
         }
         self.check_writable()?;
+        self.settle_unknown_write(&mut w).await?;
         let now = self.ctx.now();
         self.finish_current(&mut w, now).await?;
         let (mut info, version, lc) = {

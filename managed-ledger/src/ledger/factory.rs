@@ -1,6 +1,7 @@
 //! [`ManagedLedgerFactory`]: opens managed ledgers on one metadata store and
 //! one BookKeeper client.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bkswitch_bk_client::BookKeeper;
@@ -13,6 +14,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::ctx::{Ctx, ROOT};
 use crate::error::{ManagedLedgerError, Result};
 use crate::name::validate_managed_ledger_name;
+use crate::session::MetadataSession;
 
 /// Opens managed ledgers on one metadata store and one BookKeeper client (the
 /// storage's client, used for everything no hook decides).
@@ -40,6 +42,9 @@ pub struct ManagedLedgerFactory {
     store: Arc<dyn MetadataStore>,
     client: Arc<dyn BookKeeper>,
     clock: Arc<dyn Clock>,
+    session: Arc<MetadataSession>,
+    /// Whether a task follows the store's session events (shared by clones).
+    following: Arc<AtomicBool>,
 }
 
 impl ManagedLedgerFactory {
@@ -50,6 +55,8 @@ impl ManagedLedgerFactory {
             store,
             client,
             clock: Arc::new(SystemClock),
+            session: Arc::new(MetadataSession::new()),
+            following: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -65,6 +72,26 @@ impl ManagedLedgerFactory {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The metadata store's session as this factory's managed ledgers see it:
+    /// whether trims and rollovers run, and how many were deferred while it
+    /// was lost ([`MetadataSession`]).
+    pub fn metadata_session(&self) -> Arc<MetadataSession> {
+        self.session.clone()
+    }
+
+    /// Starts following the store's session events, once per factory (and
+    /// its clones); retried at the next open when the watch cannot be armed.
+    async fn follow_session(&self) {
+        if self.following.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(e) = self.session.follow(self.store.as_ref()).await {
+            self.following.store(false, Ordering::Release);
+            tracing::warn!(error = %e,
+                "cannot follow the metadata store's session events yet; retried at the next open");
+        }
     }
 
     /// The metadata path of a managed ledger: `/managed-ledgers/<name>`.
@@ -98,6 +125,7 @@ impl ManagedLedgerFactory {
                 name: name.to_owned(),
                 reason,
             })?;
+        self.follow_session().await;
         let path = Self::metadata_path(name);
         let ctx = Arc::new(Ctx {
             name: name.to_owned(),
@@ -106,6 +134,7 @@ impl ManagedLedgerFactory {
             client: self.client.clone(),
             config,
             clock: self.clock.clone(),
+            session: self.session.clone(),
         });
         let inner = open(ctx).await?;
         Ok(ManagedLedger { inner })

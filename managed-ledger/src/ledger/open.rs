@@ -39,26 +39,45 @@ impl MlInner {
             if last.entries.is_none() {
                 let client = ctx.resolve_ledger_to_open(last).await?;
                 let cfg = &ctx.config;
-                let h = client
+                let h = match client
                     .open_ledger(last.ledger_id, cfg.digest_type, &cfg.password)
                     .await
-                    .map_err(|e| {
-                        ManagedLedgerError::client(
+                {
+                    Ok(h) => Some(h),
+                    // As Pulsar's ManagedLedgerImpl does when it initializes:
+                    // an unclosed last ledger that its cluster does not hold
+                    // is dropped from the list, so that the topic loads (see
+                    // "A missing last ledger" in the crate documentation).
+                    Err(e) if e.is_already_deleted() => {
+                        tracing::error!(managed_ledger = %ctx.name, ledger_id = last.ledger_id,
+                            cluster = client.cluster_name(), error = %e,
+                            "the unclosed last ledger does not exist on its cluster; dropping it \
+                             from the managed ledger (entries written to it, if any, are lost)");
+                        None
+                    }
+                    Err(e) => {
+                        return Err(ManagedLedgerError::client(
                             format!(
                                 "recovering the last ledger {} of managed ledger '{}'",
                                 last.ledger_id, ctx.name
                             ),
                             e,
-                        )
-                    })?;
-                let lac = h.last_add_confirmed();
-                if lac < 0 {
-                    dropped = info.ledger_info.pop();
-                } else {
-                    last.entries = Some(lac + 1);
-                    last.size = Some(i64::try_from(h.length()).unwrap_or(i64::MAX));
-                    last.timestamp = Some(now);
-                    self.read_handles.lock().insert(last.ledger_id, h);
+                        ))
+                    }
+                };
+                match h {
+                    None => {
+                        info.ledger_info.pop();
+                    }
+                    Some(h) if h.last_add_confirmed() < 0 => {
+                        dropped = info.ledger_info.pop();
+                    }
+                    Some(h) => {
+                        last.entries = Some(h.last_add_confirmed() + 1);
+                        last.size = Some(i64::try_from(h.length()).unwrap_or(i64::MAX));
+                        last.timestamp = Some(now);
+                        self.read_handles.lock().insert(last.ledger_id, h);
+                    }
                 }
             }
         }

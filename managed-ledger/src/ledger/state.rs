@@ -47,6 +47,24 @@ pub(super) struct Writer {
     pub(super) closed_unrecorded: Option<LedgerInfo>,
 }
 
+/// A metadata write recording a new ledger whose outcome is unknown: it
+/// failed, and reading the metadata back failed too or showed the new ledger
+/// named (the write applied, or applied and followed by another writer's).
+/// The new ledger is kept
+/// (closed, without entries) until the next metadata write of this owner
+/// settles it ([`MlInner::settle_unknown_write`]).
+#[derive(Debug)]
+pub(super) struct Unsettled {
+    /// The bytes written.
+    pub(super) bytes: Vec<u8>,
+    /// The version they were written on.
+    pub(super) version: i64,
+    /// The metadata they encode.
+    pub(super) info: ManagedLedgerInfo,
+    /// The new ledger's `LedgerInfo` in it.
+    pub(super) ledger: LedgerInfo,
+}
+
 #[derive(Debug)]
 pub(super) struct MlState {
     pub(super) info: ManagedLedgerInfo,
@@ -54,6 +72,8 @@ pub(super) struct MlState {
     pub(super) current: Option<(LedgerId, Arc<dyn WriteHandle>)>,
     pub(super) last_confirmed: Position,
     pub(super) status: Status,
+    /// A write whose outcome is unknown, settled before the next one.
+    pub(super) unsettled: Option<Unsettled>,
 }
 
 /// The shared state of a [`ManagedLedger`](super::ManagedLedger).
@@ -100,6 +120,7 @@ impl MlInner {
                     Some(p) => Status::Terminated(p),
                     None => Status::Open,
                 },
+                unsettled: None,
             }),
             read_handles: parking_lot::Mutex::new(HashMap::new()),
             cursors: parking_lot::Mutex::new(BTreeMap::new()),

@@ -12,8 +12,10 @@ impl MlInner {
     /// Trims consumed ledgers (see
     /// [`ManagedLedger::trim_consumed_ledgers`](super::ManagedLedger::trim_consumed_ledgers)).
     pub(super) async fn trim_consumed_ledgers(&self) -> Result<Vec<LedgerId>> {
-        let _w = self.writer.lock().await;
+        let mut w = self.writer.lock().await;
         self.check_trimmable()?;
+        self.ctx.check_session("trimming consumed ledgers", true)?;
+        self.settle_unknown_write(&mut w).await?;
         let slowest = self.slowest_mark_delete();
         let ctx = &self.ctx;
         let now = ctx.now();

@@ -12,8 +12,9 @@ use bkswitch_proto::ml::ManagedLedgerInfo;
 use bytes::Bytes;
 use futures::future::FutureExt;
 
-use super::metadata::{encode_info, replace_ledger_info};
-use super::state::{Current, MlInner, Writer};
+use super::metadata::{encode_info, names_ledger, replace_ledger_info};
+use super::state::{Current, MlInner, Unsettled, Writer};
+use crate::ctx::Unrecorded;
 use crate::error::{ManagedLedgerError, Result};
 use crate::position::Position;
 use crate::props::merge_properties;
@@ -65,15 +66,24 @@ impl MlInner {
     pub(super) async fn force_rollover(&self) -> Result<()> {
         let mut w = self.writer.lock().await;
         self.check_writable()?;
+        self.ctx.check_session("a forced rollover", false)?;
         self.rollover_locked(&mut w, "forced").await
     }
 
     /// Why the current ledger must be rolled over before the next append, if
-    /// it must.
+    /// it must. A full or old ledger is kept while the metadata session is
+    /// lost (the rollover is deferred, as Pulsar's `currentLedgerIsFull`
+    /// does); a failed one is not.
     fn full_reason(&self, c: &Current) -> Option<&'static str> {
         if c.broken.load(Ordering::Acquire) {
             return Some("the current ledger failed");
         }
+        let reason = self.full_or_old(c)?;
+        self.ctx.rollover_may_run().then_some(reason)
+    }
+
+    /// Whether the current ledger reached a size or age threshold.
+    fn full_or_old(&self, c: &Current) -> Option<&'static str> {
         let cfg = &self.ctx.config;
         let age = self.ctx.now().saturating_sub(c.created_ms).max(0) as u128;
         if c.entries > 0 && age >= cfg.max_ledger_rollover_time.as_millis() {
@@ -136,6 +146,7 @@ impl MlInner {
     /// Seals the current ledger and records it, with a new ledger, in one
     /// compare-and-set.
     pub(super) async fn rollover_locked(&self, w: &mut Writer, reason: &str) -> Result<()> {
+        self.settle_unknown_write(w).await?;
         let now = self.ctx.now();
         let old = w.current.as_ref().map(|c| c.id);
         self.finish_current(w, now).await?;
@@ -238,10 +249,25 @@ impl MlInner {
                 new_version,
             )),
             Err(e) => {
-                ctx.discard_unrecorded(handle.as_ref(), client.as_ref(), || {
-                    ctx.resolve_ledger(&li)
-                })
-                .await;
+                let kept = ctx
+                    .discard_unless_recorded(
+                        &ctx.path,
+                        handle.as_ref(),
+                        client.as_ref(),
+                        || ctx.resolve_ledger(&li),
+                        |stored| names_ledger(stored, id),
+                    )
+                    .await;
+                if kept != Unrecorded::Deleted {
+                    if let Ok(bytes) = encode_info(ctx, &info) {
+                        self.state.lock().unsettled = Some(Unsettled {
+                            bytes,
+                            version,
+                            info,
+                            ledger: li,
+                        });
+                    }
+                }
                 Err(e)
             }
         }

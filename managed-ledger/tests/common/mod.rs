@@ -17,20 +17,41 @@ pub const T0: i64 = 1_700_000_000_000;
 
 pub struct Env {
     pub store: Arc<RecordingStore>,
-    pub inner_store: Arc<MemoryStore>,
+    pub inner_store: Arc<dyn MetadataStore>,
     pub cluster: MemoryCluster,
     pub clock: Arc<ManualClock>,
 }
 
 impl Env {
+    /// On a fresh memory store.
     pub fn new() -> Env {
-        let inner_store = Arc::new(MemoryStore::new());
+        Env::on(Arc::new(MemoryStore::new()))
+    }
+
+    /// On `inner_store` (a memory store, a store on a real ZooKeeper).
+    pub fn on(inner_store: Arc<dyn MetadataStore>) -> Env {
         Env {
             store: Arc::new(RecordingStore::new(inner_store.clone())),
             inner_store,
             cluster: MemoryCluster::new("bk-a"),
             clock: Arc::new(ManualClock::new(T0)),
         }
+    }
+
+    /// On a store of its own chroot on the shared real ZooKeeper server.
+    pub async fn on_zookeeper() -> Env {
+        use bkswitch_metadata_store::{ZkStore, ZkStoreOptions};
+        bkswitch_zk_harness::require_zk();
+        let url = format!(
+            "zk://{}{}",
+            bkswitch_zk_harness::shared().connect_string(),
+            bkswitch_zk_harness::unique_chroot()
+        );
+        Env::on(Arc::new(
+            ZkStore::connect(&url, ZkStoreOptions::default())
+                .await
+                .unwrap(),
+        ))
     }
 
     pub fn client(&self) -> Arc<dyn BookKeeper> {

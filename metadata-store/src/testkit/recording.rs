@@ -60,13 +60,19 @@ pub enum InjectedFailure {
 struct Faults {
     nth: Option<(usize, InjectedFailure)>,
     matching: Option<(String, usize, InjectedFailure)>,
+    /// Reads (`get`, `exists`, `children`) whose path contains the pattern
+    /// fail with `Unavailable` while the count lasts.
+    reads: Option<(String, usize)>,
 }
 
 /// A [`MetadataStore`] wrapper recording every write and injecting failures.
 ///
-/// Reads pass through unrecorded. Injected failures are returned without
-/// calling the inner store, except [`InjectedFailure::AppliedThenUnavailable`],
-/// which applies the write first (an ambiguous write).
+/// Reads pass through unrecorded, unless made to fail with
+/// [`fail_reads_matching`](RecordingStore::fail_reads_matching) (a connection
+/// that stays down after an ambiguous write, so that reading back fails too).
+/// Injected failures are returned without calling the inner store, except
+/// [`InjectedFailure::AppliedThenUnavailable`], which applies the write first
+/// (an ambiguous write).
 #[derive(Debug)]
 pub struct RecordingStore {
     inner: Arc<dyn MetadataStore>,
@@ -120,6 +126,30 @@ impl RecordingStore {
     /// Makes the next `count` writes whose path contains `pattern` fail.
     pub fn fail_writes_matching(&self, pattern: &str, count: usize, failure: InjectedFailure) {
         self.faults.lock().matching = Some((pattern.to_owned(), count, failure));
+    }
+
+    /// Makes the next `count` reads (`get`, `exists`, `children`) whose path
+    /// contains `pattern` fail with a retryable [`MetadataError::Unavailable`],
+    /// without calling the inner store (`usize::MAX`: until
+    /// [`clear_faults`](Self::clear_faults)).
+    pub fn fail_reads_matching(&self, pattern: &str, count: usize) {
+        self.faults.lock().reads = Some((pattern.to_owned(), count));
+    }
+
+    /// Fails a read of `path` when [`fail_reads_matching`](Self::fail_reads_matching) says so.
+    fn check_read(&self, op: Operation, path: &str) -> Result<()> {
+        let mut f = self.faults.lock();
+        if let Some((pattern, count)) = &mut f.reads {
+            if *count > 0 && path.contains(pattern.as_str()) {
+                *count = count.saturating_sub(1);
+                return Err(MetadataError::Unavailable {
+                    op,
+                    path: path.to_owned(),
+                    reason: "injected read failure".to_owned(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Removes every injected failure.
@@ -232,6 +262,7 @@ fn expected_number(expected: ExpectedVersion) -> i64 {
 #[deny(clippy::missing_trait_methods)]
 impl MetadataStore for RecordingStore {
     async fn get(&self, path: &str) -> Result<Option<GetResult>> {
+        self.check_read(Operation::Get, path)?;
         self.inner.get(path).await
     }
 
@@ -273,10 +304,12 @@ impl MetadataStore for RecordingStore {
     }
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.check_read(Operation::Exists, path)?;
         self.inner.exists(path).await
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.check_read(Operation::Children, path)?;
         self.inner.children(path).await
     }
 
