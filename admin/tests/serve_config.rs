@@ -96,3 +96,57 @@ fn flags_override_the_file_and_unknown_keys_are_named() {
         "{err}"
     );
 }
+
+/// Two `serve` processes with the same `--node-id` on one real ZooKeeper:
+/// the second exits non-zero before serving, naming the id and asking for a
+/// unique one; the first keeps serving.
+#[test]
+fn a_second_serve_with_the_same_node_id_exits_non_zero() {
+    bkswitch_zk_harness::require_zk();
+    let metadata = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let spawn = |port: u16| {
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--node-id",
+                "twin",
+                "--metadata-store",
+                &metadata,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--bookkeeper-uri",
+                "memory://old",
+                "--cluster-name",
+                "old",
+            ])
+            .env("BKSWITCH_ADMIN_TOKEN", "admin")
+            .env("BKSWITCH_INTERNAL_TOKEN", "internal")
+            .env("RUST_LOG", "off")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first_port = free_port();
+    let mut first = spawn(first_port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", first_port)).is_err() {
+        assert!(first.try_wait().unwrap().is_none(), "the first serve exited");
+        assert!(Instant::now() < deadline, "the first serve did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = spawn(free_port()).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        err.contains("`twin`") && err.contains("unique") && err.contains("--node-id"),
+        "{err}"
+    );
+    assert!(first.try_wait().unwrap().is_none(), "the first keeps serving");
+    first.kill().unwrap();
+    first.wait().unwrap();
+}
