@@ -139,7 +139,21 @@ fn a_second_serve_with_the_same_node_id_exits_non_zero() {
         assert!(Instant::now() < deadline, "the first serve did not listen");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = spawn(free_port()).wait_with_output().unwrap();
+    let mut second = spawn(free_port());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while second.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            second.kill().unwrap();
+            first.kill().unwrap();
+            let _ = first.wait();
+            panic!(
+                "a second serve with node id `twin` kept running: {:?}",
+                second.wait_with_output()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = second.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{out:?}");
     assert!(
