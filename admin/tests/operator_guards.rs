@@ -186,14 +186,15 @@ async fn a_second_node_with_the_same_id_is_refused_at_start() {
     let second_store = Arc::new(store.new_session());
     let cfg = bkswitch_admin::testkit::node_config("node-1", second_store.clone(), &clusters);
     let e = match Node::start(cfg).await {
-        Ok(n) => panic!("a second node `node-1` started next to the first ({})", n.url()),
+        Ok(n) => panic!(
+            "a second node `node-1` started next to the first ({})",
+            n.url()
+        ),
         Err(e) => e,
     };
     let msg = e.to_string();
     assert!(
-        msg.contains("`node-1`")
-            && msg.contains(first.url())
-            && msg.contains("unique"),
+        msg.contains("`node-1`") && msg.contains(first.url()) && msg.contains("unique"),
         "{msg}"
     );
     // The first still owns its topic and writes to the same ledger.

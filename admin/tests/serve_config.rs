@@ -135,7 +135,10 @@ fn a_second_serve_with_the_same_node_id_exits_non_zero() {
     let mut first = spawn(first_port);
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", first_port)).is_err() {
-        assert!(first.try_wait().unwrap().is_none(), "the first serve exited");
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first serve exited"
+        );
         assert!(Instant::now() < deadline, "the first serve did not listen");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -160,7 +163,10 @@ fn a_second_serve_with_the_same_node_id_exits_non_zero() {
         err.contains("`twin`") && err.contains("unique") && err.contains("--node-id"),
         "{err}"
     );
-    assert!(first.try_wait().unwrap().is_none(), "the first keeps serving");
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first keeps serving"
+    );
     first.kill().unwrap();
     first.wait().unwrap();
 }

@@ -302,7 +302,12 @@ async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
     let prefix = "tenant/canary/";
     let canary = node.orchestrator().for_prefix(prefix);
     let st = canary.start_switch("new", None).await.unwrap();
-    assert!(node.orchestrator().cluster_usage("new").await.unwrap().is_empty());
+    assert!(node
+        .orchestrator()
+        .cluster_usage("new")
+        .await
+        .unwrap()
+        .is_empty());
 
     // The override names `new`.
     let before = tree(store.as_ref()).await;
@@ -368,7 +373,18 @@ async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
     let (code, body) = delete(&node, "spare").await;
     assert_eq!(code, 204, "{body}");
 
-    // The canary rolled back: `new` holds nothing and nothing holds it.
+    // The canary rolled back (its override back first: a canary whose
+    // override is gone counts as absorbed by a cluster-wide switch): `new`
+    // holds nothing and nothing holds it any more.
+    node.registry()
+        .set_prefix_override(prefix, "new", None, st.epoch)
+        .await
+        .unwrap();
+    // The reverse idgen step a rollback's precheck asks for.
+    clusters
+        .get_or_create("old")
+        .advance_ledger_id_to(2_000_000)
+        .unwrap();
     let rolled = canary.rollback(&st.switch_id).await.unwrap();
     assert_eq!(
         rolled.phase,

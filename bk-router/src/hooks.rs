@@ -275,6 +275,7 @@ impl ActiveClientSupplier for ClusterRouter {
         {
             let overrides = state.overrides.read();
             let hit = overrides
+                .managed_ledgers
                 .iter()
                 .find(|(prefix, _)| managed_ledger.starts_with(&**prefix))
                 .and_then(|(_, index)| state.table.get(*index));
@@ -330,6 +331,26 @@ impl SchemaClientProvider for ClusterRouter {
     }
 
     fn active(&self) -> Arc<dyn BookKeeper> {
+        self.active_client()
+    }
+
+    /// The longest per-prefix override whose schema-id prefix `schema_id`
+    /// starts with (a canary moves its topics' new schema versions with their
+    /// data), else the active cluster. Without overrides, one extra
+    /// `Acquire` load.
+    fn active_for(&self, schema_id: &str) -> Arc<dyn BookKeeper> {
+        let state = &*self.state;
+        if state.has_overrides.load(Ordering::Acquire) {
+            let overrides = state.overrides.read();
+            let hit = overrides
+                .schemas
+                .iter()
+                .find(|(prefix, _)| schema_id.starts_with(&**prefix))
+                .and_then(|(_, index)| state.table.get(*index));
+            if let Some(slot) = hit {
+                return slot.client.clone();
+            }
+        }
         self.active_client()
     }
 

@@ -84,7 +84,7 @@ fn names(storage: &MultiClusterManagedLedgerStorage) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_registry_active_cluster_wins_and_live_records_are_routable() {
+async fn a_registry_active_cluster_wins_and_every_record_is_routable() {
     let env = env();
     let reg = &env.registry;
     reg.register("bk-old", "memory://bk-old", ClusterStatus::Active)
@@ -104,8 +104,8 @@ async fn a_registry_active_cluster_wins_and_live_records_are_routable() {
     assert_eq!(storage.active_cluster().as_deref(), Some("bk-a"));
     assert_eq!(
         names(&storage),
-        ["bk-a", "bk-b"],
-        "DEPRECATED and hint not routed"
+        ["bk-a", "bk-b", "bk-old"],
+        "every registered cluster routed, DEPRECATED included; the hint not"
     );
     assert_eq!(storage.bootstrap_cluster().as_deref(), Some("bk-a"));
     assert_eq!(env.bootstrap().await.as_deref(), Some("bk-a"));

@@ -586,10 +586,7 @@ async fn prefix_overrides_route_new_schema_versions_too() {
         SchemaStorageOptions::default(),
     );
     // A version written before the canary stays where it was created.
-    schemas
-        .put("tenant/canary/t", b"v0", b"h0")
-        .await
-        .unwrap();
+    schemas.put("tenant/canary/t", b"v0", b"h0").await.unwrap();
     env.storage
         .set_prefix_overrides(&[
             ("tenant/canary/".into(), "bk-b".into()),

@@ -798,7 +798,7 @@ async fn override_prefixes_end_on_a_segment_boundary_up_to_the_topic() {
             .unwrap_err();
         let msg = e.to_string();
         assert!(
-            matches!(e, RegistryError::InvalidName { .. })
+            matches!(e, RegistryError::InvalidPrefix { .. })
                 && msg.contains(&format!("`{prefix}`"))
                 && msg.contains(advice),
             "{prefix}: {msg}"
