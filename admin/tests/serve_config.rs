@@ -19,11 +19,15 @@ fn free_port() -> u16 {
 }
 
 fn serve(config: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    let config = config.to_str().unwrap();
+    serve_args(&[&["--config", config], extra].concat())
+}
+
+/// `bookie-switch serve ARGS`, stderr piped, logging off.
+fn serve_args(args: &[&str]) -> std::process::Child {
     Command::new(BIN)
         .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .args(extra)
+        .args(args)
         .env("BKSWITCH_ADMIN_TOKEN", "admin")
         .env("BKSWITCH_INTERNAL_TOKEN", "internal")
         .env("RUST_LOG", "off")
@@ -109,27 +113,18 @@ fn a_second_serve_with_the_same_node_id_exits_non_zero() {
         bkswitch_zk_harness::unique_chroot()
     );
     let spawn = |port: u16| {
-        Command::new(BIN)
-            .args([
-                "serve",
-                "--node-id",
-                "twin",
-                "--metadata-store",
-                &metadata,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--bookkeeper-uri",
-                "memory://old",
-                "--cluster-name",
-                "old",
-            ])
-            .env("BKSWITCH_ADMIN_TOKEN", "admin")
-            .env("BKSWITCH_INTERNAL_TOKEN", "internal")
-            .env("RUST_LOG", "off")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        serve_args(&[
+            "--node-id",
+            "twin",
+            "--metadata-store",
+            &metadata,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--bookkeeper-uri",
+            "memory://old",
+            "--cluster-name",
+            "old",
+        ])
     };
     let first_port = free_port();
     let mut first = spawn(first_port);

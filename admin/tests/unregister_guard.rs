@@ -263,6 +263,24 @@ async fn unstamped_ledgers_keep_the_bootstrap_cluster_and_corrupt_stamps_keep_al
     node.stop().await;
 }
 
+/// `DELETE …/<name>` is refused: 409, the message names the cluster, says
+/// nothing was written and contains every one of `words`; the metadata tree
+/// is unchanged.
+async fn refused(node: &Node, store: &dyn MetadataStore, name: &str, words: &[&str]) {
+    let before = tree(store).await;
+    let (code, body) = delete(node, name).await;
+    assert_eq!(code, 409, "{body}");
+    let msg = body["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(&format!("`{name}`")) && msg.contains("Nothing"),
+        "{msg}"
+    );
+    for w in words {
+        assert!(msg.contains(w), "`{w}` not in: {msg}");
+    }
+    assert_eq!(tree(store).await, before, "{name}: nothing written");
+}
+
 /// Creates `path` with `value`, creating missing parents empty.
 async fn create_all(store: &dyn MetadataStore, path: &str, value: &[u8]) {
     let mut at = String::new();
@@ -310,19 +328,13 @@ async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
         .is_empty());
 
     // The override names `new`.
-    let before = tree(store.as_ref()).await;
-    let (code, body) = delete(&node, "new").await;
-    assert_eq!(code, 409, "{body}");
-    let msg = body["error"].as_str().unwrap_or_default();
-    assert!(
-        msg.contains("`new`")
-            && msg.contains("override")
-            && msg.contains(prefix)
-            && msg.contains("remove-override")
-            && msg.contains("Nothing"),
-        "{msg}"
-    );
-    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
+    refused(
+        &node,
+        store.as_ref(),
+        "new",
+        &["override", prefix, "remove-override"],
+    )
+    .await;
 
     // The override is gone (as after a crash in the middle of a rollback) but
     // the canary's records still say BUILD: still refused.
@@ -331,20 +343,14 @@ async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
         .await
         .unwrap()
         .unwrap();
-    let before = tree(store.as_ref()).await;
-    let (code, body) = delete(&node, "new").await;
-    assert_eq!(code, 409, "{body}");
-    let msg = body["error"].as_str().unwrap_or_default();
-    assert!(
-        msg.contains("`new`")
-            && msg.contains("canary")
-            && msg.contains(prefix)
-            && msg.contains("target")
-            && msg.contains(&st.switch_id)
-            && msg.contains("Nothing"),
-        "{msg}"
-    );
-    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
+    let switch = format!("`{}`", st.switch_id);
+    refused(
+        &node,
+        store.as_ref(),
+        "new",
+        &["canary", prefix, "target", &switch],
+    )
+    .await;
     assert!(node.registry().get("new").await.unwrap().is_some());
 
     // Metadata that decodes as no known record: which cluster its ledgers
@@ -357,15 +363,7 @@ async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
         .unwrap();
     let junk = "/managed-ledgers/tenant/junk/persistent/t";
     create_all(store.as_ref(), junk, b"\xff\xfenot a record").await;
-    let before = tree(store.as_ref()).await;
-    let (code, body) = delete(&node, "spare").await;
-    assert_eq!(code, 409, "{body}");
-    let msg = body["error"].as_str().unwrap_or_default();
-    assert!(
-        msg.contains("`spare`") && msg.contains(junk) && msg.contains("Nothing"),
-        "{msg}"
-    );
-    assert_eq!(tree(store.as_ref()).await, before, "nothing written");
+    refused(&node, store.as_ref(), "spare", &[junk]).await;
     store
         .delete(junk, bkswitch_metadata_store::ExpectedVersion::Any)
         .await

@@ -65,6 +65,16 @@ impl Env {
         ManagedLedgerFactory::from_storage_class(self.store.clone(), &*class)
     }
 
+    /// A third cluster, `bk-c` (ids from 5,000), and `bk-a` active.
+    async fn add_bk_c_and_activate_bk_a(&self) {
+        self.clusters
+            .get_or_create("bk-c")
+            .advance_ledger_id_to(5_000)
+            .unwrap();
+        self.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
+        self.storage.switch_active_cluster("bk-a").await.unwrap();
+    }
+
     fn has(&self, cluster: &str, ledger: i64) -> bool {
         self.clusters.get(cluster).unwrap().contains_ledger(ledger)
     }
@@ -495,12 +505,7 @@ async fn initialize_through_the_storage_spi() {
 #[tokio::test]
 async fn prefix_overrides_route_new_ledgers_of_a_namespace() {
     let env = env(Duration::from_secs(5));
-    env.clusters
-        .get_or_create("bk-c")
-        .advance_ledger_id_to(5_000)
-        .unwrap();
-    env.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
-    env.storage.switch_active_cluster("bk-a").await.unwrap();
+    env.add_bk_c_and_activate_bk_a().await;
     let canary = "tenant/canary/persistent/t";
     let deeper = "tenant/canary/persistent/deep-t";
     let other = "tenant/other/persistent/t";
@@ -574,12 +579,7 @@ async fn prefix_overrides_route_new_ledgers_of_a_namespace() {
 async fn prefix_overrides_route_new_schema_versions_too() {
     use bkswitch_managed_ledger::schema::{SchemaStorage, SchemaStorageOptions};
     let env = env(Duration::from_secs(5));
-    env.clusters
-        .get_or_create("bk-c")
-        .advance_ledger_id_to(5_000)
-        .unwrap();
-    env.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
-    env.storage.switch_active_cluster("bk-a").await.unwrap();
+    env.add_bk_c_and_activate_bk_a().await;
     let schemas = SchemaStorage::new(
         env.store.clone(),
         env.storage.schema_provider(),
