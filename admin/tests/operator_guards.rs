@@ -253,3 +253,38 @@ async fn a_second_node_with_the_same_id_is_refused_at_start() {
         .unwrap()
         .is_none());
 }
+
+/// A node whose metadata session expires loses its node-id registration
+/// (an ephemeral node) with the session; it takes it back on the new
+/// session, so a second node started with its id afterwards is still
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_id_is_registered_again_after_a_session_expiry() {
+    const PATH: &str = "/bkswitch/nodes/node-1";
+    let clusters = clusters();
+    let store = bkswitch_metadata_store::MemoryStore::new();
+    let session = store.new_session();
+    let node = start("node-1", Arc::new(session.clone()), &clusters).await;
+    assert!(store.get(PATH).await.unwrap().is_some());
+    session.expire_session().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reg = loop {
+        if let Some(r) = store.get(PATH).await.unwrap() {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node id was not registered again after the session expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let reg: serde_json::Value = serde_json::from_slice(&reg.value).unwrap();
+    assert_eq!(reg["url"], node.url());
+    let cfg =
+        bkswitch_admin::testkit::node_config("node-1", Arc::new(store.new_session()), &clusters);
+    match Node::start(cfg).await {
+        Ok(n) => panic!("a second node `node-1` started ({})", n.url()),
+        Err(e) => assert!(e.to_string().contains("`node-1`"), "{e}"),
+    }
+    node.stop().await;
+}

@@ -11,12 +11,21 @@
 //! address no longer accepts connections, or it is this node's own address
 //! (bound by it now). A registration whose address answers is a live node:
 //! refused with [`NodeError::DuplicateNodeId`].
+//!
+//! While the node runs, [`keep`] takes the registration again when it
+//! disappears (a session expiry deletes it with the session's ephemeral
+//! nodes).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MetadataStore};
+use bkswitch_metadata_store::{
+    CreateMode, ErrorKind, ExpectedVersion, MetadataStore, Notification, SessionEvent,
+};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use super::NodeError;
 
@@ -129,6 +138,67 @@ pub(super) async fn deregister(store: &dyn MetadataStore, root: &str, reg: &Regi
                 .delete(&path, ExpectedVersion::Exactly(r.stat.version))
                 .await;
         }
+    }
+}
+
+/// Keeps `reg` registered under `root` until `stop`: when the registration
+/// disappears (a session expiry, a deletion), it is taken again as at start
+/// ([`register`]); a live node that took the id meanwhile is logged as an
+/// error (two nodes now run with one id) and left alone.
+pub(super) async fn keep(
+    store: Arc<dyn MetadataStore>,
+    root: String,
+    reg: Registration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let path = path(&root, &reg.node_id);
+    let mut events = loop {
+        match store.watch(&path).await {
+            Ok(w) => break w,
+            Err(e) => {
+                tracing::warn!(node = %reg.node_id, path, error = %e, "watching the node-id registration");
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    // A change made while the watch was armed is reported by it; one made
+    // before is caught by this first check.
+    let mut check = true;
+    loop {
+        if check {
+            ensure(store.as_ref(), &root, &reg).await;
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            event = events.next() => match event {
+                None => return, // the store is closed
+                Some(Notification::Deleted { .. })
+                | Some(Notification::Session(SessionEvent::SessionReestablished)) => check = true,
+                Some(_) => check = false,
+            },
+        }
+    }
+}
+
+/// Registers `reg` again unless the registration is already its own.
+async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) {
+    let current = store.get(&path(root, &reg.node_id)).await;
+    if let Ok(Some(r)) = &current {
+        if serde_json::from_slice::<Registration>(&r.value)
+            .is_ok_and(|h| h.instance == reg.instance)
+        {
+            return;
+        }
+    }
+    match register(store, root, reg).await {
+        Ok(()) => tracing::info!(node = %reg.node_id, "node id registered again"),
+        Err(e @ NodeError::DuplicateNodeId { .. }) => {
+            tracing::error!(error = %e, "another node took this node's id while its session was lost")
+        }
+        Err(e) => tracing::warn!(node = %reg.node_id, error = %e, "registering the node id again"),
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::duties::{clean_up_by_itself, coordinate, roll_after_switch};
 use super::ownership::NodeOwners;
-use super::registration::{deregister, register, Registration};
+use super::registration::{deregister, keep, register, Registration};
 use super::{Node, NodeConfig, NodeError, NodeInner};
 
 impl Node {
@@ -117,6 +117,12 @@ impl Node {
         tasks.push(tokio::spawn(crate::http::serve(
             listener,
             self,
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(keep(
+            inner.config.store.clone(),
+            inner.config.nodes_root.clone(),
+            inner.registration.clone(),
             stop.clone(),
         )));
         if let Some(duties) = inner.sync.take_duties() {
