@@ -19,6 +19,6 @@ pub mod wire;
 pub use client::{AdminClient, ClientError};
 pub use node::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
-    WeakNode, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
+    WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
 };
 pub use traffic::{PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};

@@ -165,3 +165,126 @@ async fn a_topic_owned_by_a_live_node_is_not_taken_over() {
     n1.stop().await;
     n2.stop().await;
 }
+
+/// Two nodes with the same node id would both own a topic (ownership
+/// replaces a node left by "an earlier session of the same id"). The second
+/// is refused at start, naming the id and the live node's URL and telling
+/// the operator to set a unique one; nothing of it keeps running and the
+/// first keeps its topic. A registration left by a node that is gone (its
+/// REST address no longer answers: a crash and a restart before its session
+/// expired) is taken over, and a stopped node's id is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_with_the_same_id_is_refused_at_start() {
+    const NODES_ROOT: &str = "/bkswitch/nodes";
+    let clusters = clusters();
+    let store = bkswitch_metadata_store::MemoryStore::new();
+    let first = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let topic = "tenant/ns/persistent/dup";
+    let ml = first.open_topic(topic).await.unwrap();
+    ml.append(&b"one"[..]).await.unwrap();
+
+    let second_store = Arc::new(store.new_session());
+    let cfg = bkswitch_admin::testkit::node_config("node-1", second_store.clone(), &clusters);
+    let e = match Node::start(cfg).await {
+        Ok(n) => panic!(
+            "a second node `node-1` started next to the first ({})",
+            n.url()
+        ),
+        Err(e) => e,
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`node-1`") && msg.contains(first.url()) && msg.contains("unique"),
+        "{msg}"
+    );
+    // The first still owns its topic and writes to the same ledger.
+    let p = ml.append(&b"two"[..]).await.unwrap();
+    assert_eq!(p.ledger_id, ml.current_ledger_id().unwrap());
+    let owner = second_store
+        .get(&format!(
+            "{}/{}",
+            bkswitch_admin::DEFAULT_OWNERS_ROOT,
+            "tenant%2Fns%2Fpersistent%2Fdup"
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let owner: serde_json::Value = serde_json::from_slice(&owner.value).unwrap();
+    assert_eq!(owner["url"], first.url());
+
+    // Another id starts next to it.
+    let other = start("node-2", Arc::new(store.new_session()), &clusters).await;
+    other.stop().await;
+
+    // A registration whose node is gone (simulated: its URL points at a
+    // closed port) is taken over by a restart with that id.
+    first.stop().await;
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let stale_session = Arc::new(store.new_session());
+    stale_session
+        .create(
+            &format!("{}/node-1", NODES_ROOT),
+            serde_json::json!({"nodeId": "node-1", "url": dead, "instance": "gone"})
+                .to_string()
+                .as_bytes(),
+            bkswitch_metadata_store::CreateMode::EPHEMERAL,
+        )
+        .await
+        .unwrap();
+    let restarted = start("node-1", Arc::new(store.new_session()), &clusters).await;
+    let ml = restarted.open_topic(topic).await.unwrap();
+    ml.append(&b"three"[..]).await.unwrap();
+    // The stale registration was replaced by the restarted node's.
+    let reg = store
+        .get(&format!("{}/node-1", NODES_ROOT))
+        .await
+        .unwrap()
+        .unwrap();
+    let reg: serde_json::Value = serde_json::from_slice(&reg.value).unwrap();
+    assert_eq!(reg["url"], restarted.url());
+    restarted.stop().await;
+    // Stopped: the id is free, nothing registered.
+    assert!(store
+        .get(&format!("{}/node-1", NODES_ROOT))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// A node whose metadata session expires loses its node-id registration
+/// (an ephemeral node) with the session; it takes it back on the new
+/// session, so a second node started with its id afterwards is still
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_id_is_registered_again_after_a_session_expiry() {
+    const PATH: &str = "/bkswitch/nodes/node-1";
+    let clusters = clusters();
+    let store = bkswitch_metadata_store::MemoryStore::new();
+    let session = store.new_session();
+    let node = start("node-1", Arc::new(session.clone()), &clusters).await;
+    assert!(store.get(PATH).await.unwrap().is_some());
+    session.expire_session().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reg = loop {
+        if let Some(r) = store.get(PATH).await.unwrap() {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node id was not registered again after the session expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let reg: serde_json::Value = serde_json::from_slice(&reg.value).unwrap();
+    assert_eq!(reg["url"], node.url());
+    let cfg =
+        bkswitch_admin::testkit::node_config("node-1", Arc::new(store.new_session()), &clusters);
+    match Node::start(cfg).await {
+        Ok(n) => panic!("a second node `node-1` started ({})", n.url()),
+        Err(e) => assert!(e.to_string().contains("`node-1`"), "{e}"),
+    }
+    node.stop().await;
+}

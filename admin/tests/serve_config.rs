@@ -19,11 +19,15 @@ fn free_port() -> u16 {
 }
 
 fn serve(config: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    let config = config.to_str().unwrap();
+    serve_args(&[&["--config", config], extra].concat())
+}
+
+/// `bookie-switch serve ARGS`, stderr piped, logging off.
+fn serve_args(args: &[&str]) -> std::process::Child {
     Command::new(BIN)
         .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .args(extra)
+        .args(args)
         .env("BKSWITCH_ADMIN_TOKEN", "admin")
         .env("BKSWITCH_INTERNAL_TOKEN", "internal")
         .env("RUST_LOG", "off")
@@ -95,4 +99,69 @@ fn flags_override_the_file_and_unknown_keys_are_named() {
         err.contains("unknown key `zookeeperServers`") && err.contains("node from-file serving"),
         "{err}"
     );
+}
+
+/// Two `serve` processes with the same `--node-id` on one real ZooKeeper:
+/// the second exits non-zero before serving, naming the id and asking for a
+/// unique one; the first keeps serving.
+#[test]
+fn a_second_serve_with_the_same_node_id_exits_non_zero() {
+    bkswitch_zk_harness::require_zk();
+    let metadata = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let spawn = |port: u16| {
+        serve_args(&[
+            "--node-id",
+            "twin",
+            "--metadata-store",
+            &metadata,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--bookkeeper-uri",
+            "memory://old",
+            "--cluster-name",
+            "old",
+        ])
+    };
+    let first_port = free_port();
+    let mut first = spawn(first_port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", first_port)).is_err() {
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first serve exited"
+        );
+        assert!(Instant::now() < deadline, "the first serve did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut second = spawn(free_port());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while second.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            second.kill().unwrap();
+            first.kill().unwrap();
+            let _ = first.wait();
+            panic!(
+                "a second serve with node id `twin` kept running: {:?}",
+                second.wait_with_output()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        err.contains("`twin`") && err.contains("unique") && err.contains("--node-id"),
+        "{err}"
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first keeps serving"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
 }

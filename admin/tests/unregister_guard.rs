@@ -263,6 +263,24 @@ async fn unstamped_ledgers_keep_the_bootstrap_cluster_and_corrupt_stamps_keep_al
     node.stop().await;
 }
 
+/// `DELETE …/<name>` is refused: 409, the message names the cluster, says
+/// nothing was written and contains every one of `words`; the metadata tree
+/// is unchanged.
+async fn refused(node: &Node, store: &dyn MetadataStore, name: &str, words: &[&str]) {
+    let before = tree(store).await;
+    let (code, body) = delete(node, name).await;
+    assert_eq!(code, 409, "{body}");
+    let msg = body["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(&format!("`{name}`")) && msg.contains("Nothing"),
+        "{msg}"
+    );
+    for w in words {
+        assert!(msg.contains(w), "`{w}` not in: {msg}");
+    }
+    assert_eq!(tree(store).await, before, "{name}: nothing written");
+}
+
 /// Creates `path` with `value`, creating missing parents empty.
 async fn create_all(store: &dyn MetadataStore, path: &str, value: &[u8]) {
     let mut at = String::new();
@@ -277,4 +295,101 @@ async fn create_all(store: &dyn MetadataStore, path: &str, value: &[u8]) {
             Err(e) => panic!("creating {at}: {e}"),
         }
     }
+}
+
+/// The other holds on a cluster (issue: the target of a canary in BUILD
+/// could be unregistered): an override naming it, an unfinished canary
+/// whose records name it (even with its override gone), and metadata that
+/// cannot be decoded (which cluster it references cannot be told). Each
+/// refusal is a 409 naming what holds the cluster and what to do, with the
+/// metadata left as it was; once the hold is gone the cluster unregisters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_overrides_and_undecodable_metadata_keep_a_cluster() {
+    bkswitch_zk_harness::require_zk();
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let clusters = clusters();
+    let store = zk(&chroot).await;
+    let node = start("node-1", store.clone(), &clusters).await;
+    let admin = AdminClient::new(node.url(), ADMIN).unwrap();
+    admin
+        .register("new", "memory://new", Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    // A canary of `tenant/canary/` to `new`, started and left in BUILD (its
+    // coordinator is not run): nothing is on `new` yet.
+    let prefix = "tenant/canary/";
+    let canary = node.orchestrator().for_prefix(prefix);
+    let st = canary.start_switch("new", None).await.unwrap();
+    assert!(node
+        .orchestrator()
+        .cluster_usage("new")
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The override names `new`.
+    refused(
+        &node,
+        store.as_ref(),
+        "new",
+        &["override", prefix, "remove-override"],
+    )
+    .await;
+
+    // The override is gone (as after a crash in the middle of a rollback) but
+    // the canary's records still say BUILD: still refused.
+    node.registry()
+        .remove_prefix_override(prefix)
+        .await
+        .unwrap()
+        .unwrap();
+    let switch = format!("`{}`", st.switch_id);
+    refused(
+        &node,
+        store.as_ref(),
+        "new",
+        &["canary", prefix, "target", &switch],
+    )
+    .await;
+    assert!(node.registry().get("new").await.unwrap().is_some());
+
+    // Metadata that decodes as no known record: which cluster its ledgers
+    // are on cannot be told, so no cluster goes (here `spare`, which never
+    // held anything).
+    clusters.get_or_create("spare");
+    admin
+        .register("spare", "memory://spare", Some(ClusterStatus::Standby))
+        .await
+        .unwrap();
+    let junk = "/managed-ledgers/tenant/junk/persistent/t";
+    create_all(store.as_ref(), junk, b"\xff\xfenot a record").await;
+    refused(&node, store.as_ref(), "spare", &[junk]).await;
+    store
+        .delete(junk, bkswitch_metadata_store::ExpectedVersion::Any)
+        .await
+        .unwrap();
+    let (code, body) = delete(&node, "spare").await;
+    assert_eq!(code, 204, "{body}");
+
+    // The canary rolled back (its override back first: a canary whose
+    // override is gone counts as absorbed by a cluster-wide switch): `new`
+    // holds nothing and nothing holds it any more.
+    node.registry()
+        .set_prefix_override(prefix, "new", None, st.epoch)
+        .await
+        .unwrap();
+    // The reverse idgen step a rollback's precheck asks for.
+    clusters
+        .get_or_create("old")
+        .advance_ledger_id_to(2_000_000)
+        .unwrap();
+    let rolled = canary.rollback(&st.switch_id).await.unwrap();
+    assert_eq!(
+        rolled.phase,
+        bkswitch_switch_orchestrator::Phase::RolledBack,
+        "{rolled:?}"
+    );
+    let (code, body) = delete(&node, "new").await;
+    assert_eq!(code, 204, "{body}");
+    node.stop().await;
 }

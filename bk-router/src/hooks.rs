@@ -17,7 +17,7 @@ use bkswitch_schema_spi::SchemaClientProvider;
 
 use crate::hook_errors;
 use crate::routed::ClusterState;
-use crate::state::State;
+use crate::state::{OverrideTables, State};
 use crate::ReadMode;
 
 /// The routing hooks of a
@@ -268,21 +268,30 @@ impl ActiveClientSupplier for ClusterRouter {
     /// else the active cluster. Without overrides, one extra `Acquire` load.
     #[inline]
     fn active_client_for(&self, managed_ledger: &str) -> Arc<dyn BookKeeper> {
+        self.overridden(managed_ledger, |t| &t.managed_ledgers)
+            .unwrap_or_else(|| self.active_client())
+    }
+}
+
+impl ClusterRouter {
+    /// The client of the longest prefix of `table` that `name` starts with,
+    /// if any (one `Acquire` load when there is no override).
+    #[inline]
+    fn overridden(
+        &self,
+        name: &str,
+        table: impl FnOnce(&OverrideTables) -> &[(Box<str>, usize)],
+    ) -> Option<Arc<dyn BookKeeper>> {
         let state = &*self.state;
-        if state
-            .has_overrides
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            let overrides = state.overrides.read();
-            let hit = overrides
-                .iter()
-                .find(|(prefix, _)| managed_ledger.starts_with(&**prefix))
-                .and_then(|(_, index)| state.table.get(*index));
-            if let Some(slot) = hit {
-                return slot.client.clone();
-            }
+        if !state.has_overrides.load(Ordering::Acquire) {
+            return None;
         }
-        self.active_client()
+        let overrides = state.overrides.read();
+        table(&overrides)
+            .iter()
+            .find(|(prefix, _)| name.starts_with(&**prefix))
+            .and_then(|(_, index)| state.table.get(*index))
+            .map(|slot| -> Arc<dyn BookKeeper> { slot.client.clone() })
     }
 }
 
@@ -331,6 +340,15 @@ impl SchemaClientProvider for ClusterRouter {
 
     fn active(&self) -> Arc<dyn BookKeeper> {
         self.active_client()
+    }
+
+    /// The longest per-prefix override whose schema-id prefix `schema_id`
+    /// starts with (a canary moves its topics' new schema versions with their
+    /// data), else the active cluster. Without overrides, one extra
+    /// `Acquire` load.
+    fn active_for(&self, schema_id: &str) -> Arc<dyn BookKeeper> {
+        self.overridden(schema_id, |t| &t.schemas)
+            .unwrap_or_else(|| self.active_client())
     }
 
     fn creation_properties(

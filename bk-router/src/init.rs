@@ -11,7 +11,7 @@ use std::time::Duration;
 use bkswitch_bk_client::{BookKeeper, ClientFactory};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::StorageSettings;
-use bkswitch_registry::{ClusterRecord, ClusterStatus, Registry, RegistryError};
+use bkswitch_registry::{ClusterStatus, Registry, RegistryError};
 
 use crate::config::{
     property, BOOTSTRAP_CLUSTER_NAME, CONFIG_PATH, CURRENT_CLUSTER_NAME, DEFAULT_CONFIG_PATH,
@@ -261,12 +261,12 @@ async fn with_registry(
         }
     };
 
-    // The router: every routable record, the bootstrap, the active client.
+    // The router: every registered cluster, DEPRECATED ones included (a
+    // restarted node must read an idle topic whose last ledger is on one at
+    // once, not after its registry watcher caught up; their clients start
+    // lazily, at the first resolve), the bootstrap, the active client.
     state.set_factory(factory);
-    let routable = records.iter().filter(|r: &&ClusterRecord| {
-        r.status != ClusterStatus::Deprecated || r.name == bootstrap || r.name == name
-    });
-    for rec in routable {
+    for rec in &records {
         state.add_cluster(&rec.name, &rec.metadata_service_uri)?;
     }
     state.add_cluster(&name, &uri)?;

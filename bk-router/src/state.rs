@@ -47,11 +47,22 @@ pub(crate) struct State {
     pub(crate) admin: tokio::sync::Mutex<()>,
     /// The S1 answer before any cluster is active.
     pub(crate) not_initialized: Arc<dyn BookKeeper>,
-    /// Per-prefix overrides of S1 (a canary namespace created on another
-    /// cluster): `(prefix, slot index)`, longest prefix first. Read only when
-    /// `has_overrides` is set, so S1 without overrides costs one more load.
-    pub(crate) overrides: parking_lot::RwLock<Vec<(Box<str>, usize)>>,
+    /// Per-prefix overrides of S1 and S3 (a canary namespace created on
+    /// another cluster). Read only when `has_overrides` is set, so S1 without
+    /// overrides costs one more load.
+    pub(crate) overrides: parking_lot::RwLock<OverrideTables>,
     pub(crate) has_overrides: std::sync::atomic::AtomicBool,
+}
+
+/// The per-prefix overrides as the hooks read them: `(prefix, slot index)`,
+/// longest prefix first.
+#[derive(Debug, Default)]
+pub(crate) struct OverrideTables {
+    /// By managed-ledger name prefix (S1: data and cursor ledgers).
+    pub(crate) managed_ledgers: Vec<(Box<str>, usize)>,
+    /// By schema-id prefix: the same prefixes without their domain segment
+    /// ([`bkswitch_registry::schema_id_prefix`]), for S3 (schema ledgers).
+    pub(crate) schemas: Vec<(Box<str>, usize)>,
 }
 
 impl State {
@@ -66,7 +77,7 @@ impl State {
             metrics: Arc::new(RouterMetrics::default()),
             admin: tokio::sync::Mutex::new(()),
             not_initialized: Arc::new(NotInitializedClient),
-            overrides: parking_lot::RwLock::new(Vec::new()),
+            overrides: parking_lot::RwLock::new(OverrideTables::default()),
             has_overrides: std::sync::atomic::AtomicBool::new(false),
         }
     }

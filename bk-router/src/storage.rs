@@ -197,7 +197,10 @@ impl MultiClusterManagedLedgerStorage {
 
     /// Routes the creation of new ledgers of managed ledgers whose name
     /// starts with a prefix to that prefix's cluster (the longest prefix
-    /// wins); every other managed ledger keeps the active cluster. Replaces
+    /// wins), their schema ledgers included (S3: a schema id is under the
+    /// prefix when it starts with the prefix without its domain segment,
+    /// [`bkswitch_registry::schema_id_prefix`]); every other managed ledger
+    /// keeps the active cluster. Replaces
     /// the previous overrides; an empty list removes them. Each cluster's
     /// client is started first: on an error nothing changes. Ledgers already
     /// recorded keep routing by their stamp, and new ones are stamped with
@@ -226,9 +229,27 @@ impl MultiClusterManagedLedgerStorage {
                 table.push((prefix.clone().into_boxed_str(), entry.slot));
             }
         }
-        table.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        let longest_first = |a: &(Box<str>, usize), b: &(Box<str>, usize)| {
+            b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0))
+        };
+        table.sort_by(longest_first);
+        // The schema ids of the same managed ledgers (no domain segment). Two
+        // prefixes that differ only by their domain name one schema prefix
+        // (a schema id is shared by the persistent and the non-persistent
+        // topic of one name): the first in the sorted table keeps it.
+        let mut schemas: Vec<(Box<str>, usize)> = Vec::with_capacity(table.len());
+        for (prefix, slot) in &table {
+            let schema_prefix = bkswitch_registry::schema_id_prefix(prefix).into_boxed_str();
+            if !schemas.iter().any(|(p, _)| *p == schema_prefix) {
+                schemas.push((schema_prefix, *slot));
+            }
+        }
+        schemas.sort_by(longest_first);
         let any = !table.is_empty();
-        *self.state.overrides.write() = table;
+        *self.state.overrides.write() = crate::state::OverrideTables {
+            managed_ledgers: table,
+            schemas,
+        };
         self.state.has_overrides.store(any, Ordering::Release);
         tracing::info!(?overrides, "per-prefix cluster overrides set");
         Ok(())
@@ -238,6 +259,7 @@ impl MultiClusterManagedLedgerStorage {
     pub fn prefix_overrides(&self) -> Vec<(String, String)> {
         let overrides = self.state.overrides.read();
         overrides
+            .managed_ledgers
             .iter()
             .filter_map(|(p, index)| {
                 let slot = self.state.table.get(*index)?;
@@ -360,8 +382,9 @@ impl ManagedLedgerStorage for MultiClusterManagedLedgerStorage {
     /// registry at the `configPath` property (default `/admin/bookie-clusters`)
     /// in `metadata_store` ([design §3](bkswitch_docs::design)):
     ///
-    /// 1. the registry's ACTIVE cluster, if any (every registered cluster that
-    ///    is not DEPRECATED is registered for routing too);
+    /// 1. the registry's ACTIVE cluster, if any (every registered cluster,
+    ///    DEPRECATED ones included, is registered for routing too, its client
+    ///    started at the first resolve of a ledger stamped with it);
     /// 2. else the `currentClusterName` property: registered in the registry
     ///    as ACTIVE (URI = the configured metadata-service URI), or promoted
     ///    when already registered;

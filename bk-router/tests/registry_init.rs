@@ -84,7 +84,7 @@ fn names(storage: &MultiClusterManagedLedgerStorage) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_registry_active_cluster_wins_and_live_records_are_routable() {
+async fn a_registry_active_cluster_wins_and_every_record_is_routable() {
     let env = env();
     let reg = &env.registry;
     reg.register("bk-old", "memory://bk-old", ClusterStatus::Active)
@@ -104,8 +104,8 @@ async fn a_registry_active_cluster_wins_and_live_records_are_routable() {
     assert_eq!(storage.active_cluster().as_deref(), Some("bk-a"));
     assert_eq!(
         names(&storage),
-        ["bk-a", "bk-b"],
-        "DEPRECATED and hint not routed"
+        ["bk-a", "bk-b", "bk-old"],
+        "every registered cluster routed, DEPRECATED included; the hint not"
     );
     assert_eq!(storage.bootstrap_cluster().as_deref(), Some("bk-a"));
     assert_eq!(env.bootstrap().await.as_deref(), Some("bk-a"));
@@ -449,4 +449,94 @@ async fn nodes_starting_together_on_a_fresh_registry_all_follow_one_active_clust
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].status, ClusterStatus::Active);
     assert_eq!(env.bootstrap().await.as_deref(), Some("bk-a"));
+}
+
+/// A restarted node routes a DEPRECATED cluster that is not the bootstrap
+/// cluster from its first moment: an idle managed ledger whose only ledger
+/// was created on `bk-b` (active then, DEPRECATED since the next switch)
+/// loads and reads right after `initialize`, before any registry watcher has
+/// run.
+#[tokio::test]
+async fn a_deprecated_non_bootstrap_cluster_is_routable_right_after_start() {
+    use bkswitch_managed_ledger::{ManagedLedgerFactory, Position};
+    use bkswitch_mledger_spi::ManagedLedgerConfig;
+    let env = env();
+    let reg = &env.registry;
+    reg.register("bk-a", "memory://bk-a", ClusterStatus::Active)
+        .await
+        .unwrap();
+    reg.ensure_bootstrap("bk-a").await.unwrap();
+    reg.register("bk-b", "memory://bk-b", ClusterStatus::Standby)
+        .await
+        .unwrap();
+    reg.promote_active("bk-b").await.unwrap();
+    env.clusters
+        .get_or_create("bk-b")
+        .advance_ledger_id_to(1_000)
+        .unwrap();
+    let open = |storage: &MultiClusterManagedLedgerStorage| {
+        let mut config = ManagedLedgerConfig::default()
+            .with_quorums(1, 1, 1)
+            .with_metadata_quorums(1, 1, 1);
+        storage.configure(&mut config);
+        let class = storage.default_storage_class().unwrap();
+        (
+            ManagedLedgerFactory::from_storage_class(env.store.clone(), &*class),
+            config,
+        )
+    };
+    let name = "tenant/ns/persistent/idle";
+    let (first, r) = env.init(&StorageSettings::new("memory://bk-a")).await;
+    r.unwrap();
+    assert_eq!(first.active_cluster().as_deref(), Some("bk-b"));
+    let (factory, config) = open(&first);
+    let ml = factory.open(name, config).await.unwrap();
+    let mut written = Vec::new();
+    for i in 0..3 {
+        written.push(ml.append(format!("m{i}")).await.unwrap());
+    }
+    let ledger = written[0].ledger_id;
+    assert!(env.clusters.get("bk-b").unwrap().contains_ledger(ledger));
+    ml.close().await.unwrap();
+    first.close().await.unwrap();
+
+    // The next switch: bk-c ACTIVE, bk-b DEPRECATED (not the bootstrap).
+    env.clusters
+        .get_or_create("bk-c")
+        .advance_ledger_id_to(5_000)
+        .unwrap();
+    reg.register("bk-c", "memory://bk-c", ClusterStatus::Standby)
+        .await
+        .unwrap();
+    reg.promote_active("bk-c").await.unwrap();
+    assert_eq!(
+        reg.get("bk-b").await.unwrap().unwrap().status,
+        ClusterStatus::Deprecated
+    );
+
+    // The restart: no watcher, only `initialize`.
+    let (second, r) = env.init(&StorageSettings::new("memory://bk-a")).await;
+    r.unwrap();
+    assert_eq!(second.active_cluster().as_deref(), Some("bk-c"));
+    let (factory, config) = open(&second);
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    let ml = loop {
+        match factory.open(name, config.clone()).await {
+            Ok(ml) => break ml,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the idle topic does not load after a restart: {e}"),
+        }
+    };
+    let entries = ml.read_entries(Position::new(ledger, 0), 10).await.unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(&entries[2].data[..], b"m2");
+    assert!(
+        names(&second).contains(&"bk-b".to_owned()),
+        "{:?}",
+        names(&second)
+    );
+    ml.close().await.unwrap();
+    second.close().await.unwrap();
 }

@@ -65,6 +65,16 @@ impl Env {
         ManagedLedgerFactory::from_storage_class(self.store.clone(), &*class)
     }
 
+    /// A third cluster, `bk-c` (ids from 5,000), and `bk-a` active.
+    async fn add_bk_c_and_activate_bk_a(&self) {
+        self.clusters
+            .get_or_create("bk-c")
+            .advance_ledger_id_to(5_000)
+            .unwrap();
+        self.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
+        self.storage.switch_active_cluster("bk-a").await.unwrap();
+    }
+
     fn has(&self, cluster: &str, ledger: i64) -> bool {
         self.clusters.get(cluster).unwrap().contains_ledger(ledger)
     }
@@ -495,12 +505,7 @@ async fn initialize_through_the_storage_spi() {
 #[tokio::test]
 async fn prefix_overrides_route_new_ledgers_of_a_namespace() {
     let env = env(Duration::from_secs(5));
-    env.clusters
-        .get_or_create("bk-c")
-        .advance_ledger_id_to(5_000)
-        .unwrap();
-    env.storage.add_cluster("bk-c", "memory://bk-c").unwrap();
-    env.storage.switch_active_cluster("bk-a").await.unwrap();
+    env.add_bk_c_and_activate_bk_a().await;
     let canary = "tenant/canary/persistent/t";
     let deeper = "tenant/canary/persistent/deep-t";
     let other = "tenant/other/persistent/t";
@@ -562,4 +567,51 @@ async fn prefix_overrides_route_new_ledgers_of_a_namespace() {
     let first = info.ledger_info.first().unwrap().ledger_id;
     let entries = ml.read_entries(Position::new(first, 0), 10).await.unwrap();
     assert_eq!(payloads(&entries)[0], Bytes::from("x"));
+}
+
+/// S3 under a canary: a new schema version of a topic under an overridden
+/// prefix is created on the override's cluster and stamped with it (as the
+/// topic's data and cursor ledgers are); schemas of other topics stay on the
+/// active cluster. Schema ids carry no domain segment (`tenant/ns/topic`),
+/// so the override of `tenant/canary/persistent/deep` covers the schema
+/// `tenant/canary/deep-t`.
+#[tokio::test]
+async fn prefix_overrides_route_new_schema_versions_too() {
+    use bkswitch_managed_ledger::schema::{SchemaStorage, SchemaStorageOptions};
+    let env = env(Duration::from_secs(5));
+    env.add_bk_c_and_activate_bk_a().await;
+    let schemas = SchemaStorage::new(
+        env.store.clone(),
+        env.storage.schema_provider(),
+        SchemaStorageOptions::default(),
+    );
+    // A version written before the canary stays where it was created.
+    schemas.put("tenant/canary/t", b"v0", b"h0").await.unwrap();
+    env.storage
+        .set_prefix_overrides(&[
+            ("tenant/canary/".into(), "bk-b".into()),
+            ("tenant/canary/persistent/deep".into(), "bk-c".into()),
+        ])
+        .await
+        .unwrap();
+    for (id, cluster) in [
+        ("tenant/canary/t", "bk-b"),
+        ("tenant/canary/deep-t", "bk-c"),
+        ("tenant/other/t", "bk-a"),
+        ("tenant/canary-not/t", "bk-a"),
+    ] {
+        schemas.put(id, b"v1", b"h1").await.unwrap();
+        let (locator, _) = schemas.locator(id).await.unwrap().unwrap();
+        let pos = &locator.info.position;
+        assert_eq!(pos.cluster_stamp().unwrap(), Some(cluster), "{id}");
+        assert!(env.has(cluster, pos.ledger_id), "{id}: {}", pos.ledger_id);
+    }
+    let (locator, _) = schemas.locator("tenant/canary/t").await.unwrap().unwrap();
+    let first = &locator.index[0].position;
+    assert_eq!(first.cluster_stamp().unwrap(), Some("bk-a"));
+    // Removed: new versions go to the active cluster again.
+    env.storage.set_prefix_overrides(&[]).await.unwrap();
+    schemas.put("tenant/canary/t", b"v2", b"h2").await.unwrap();
+    let (locator, _) = schemas.locator("tenant/canary/t").await.unwrap().unwrap();
+    assert_eq!(locator.info.position.cluster_stamp().unwrap(), Some("bk-a"));
 }

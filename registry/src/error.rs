@@ -26,6 +26,15 @@ pub enum RegistryError {
         /// The registered cluster.
         name: String,
     },
+    /// An override prefix breaks the prefix rules
+    /// ([`validate_prefix`](crate::validate_prefix)).
+    #[error("invalid override prefix `{prefix}`: {reason}. Nothing was written")]
+    InvalidPrefix {
+        /// The offending prefix.
+        prefix: String,
+        /// The broken rule and the prefix to use.
+        reason: String,
+    },
     /// The cluster name breaks the name rules.
     #[error("invalid bookie cluster name {name:?}: {reason}")]
     InvalidName {

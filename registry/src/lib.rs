@@ -18,8 +18,8 @@ pub use idgen::{
 };
 pub use model::{BootstrapMarker, ClusterRecord, ClusterStatus, SwitchDirective};
 pub use registry::{
-    validate_name, validate_prefix, PrefixOverride, PrefixOverrides, Registry, DEFAULT_ROOT,
-    MAX_CAS_ATTEMPTS, RESERVED_NAMES, STALE_INDEX_GRACE, URI_INDEX,
+    schema_id_prefix, validate_name, validate_prefix, PrefixOverride, PrefixOverrides, Registry,
+    DEFAULT_ROOT, MAX_CAS_ATTEMPTS, RESERVED_NAMES, STALE_INDEX_GRACE, URI_INDEX,
 };
 pub use uri::{ClusterUri, DEFAULT_LEDGERS_ROOT, DEFAULT_ZK_PORT};
 pub use watcher::{RegistryEvent, RegistryWatcher, WATCH_RETRY_DELAY};

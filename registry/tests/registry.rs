@@ -765,3 +765,52 @@ async fn an_unreadable_source_generator_is_not_ready_on_zookeeper() {
         before
     );
 }
+
+/// One rule for override prefixes, so that a prefix scopes managed ledgers
+/// (`tenant/ns/persistent/topic`) and schemas (`tenant/ns/topic`, no domain
+/// segment) alike: the tenant, namespace and domain segments end with `/`;
+/// only the topic name may be a partial prefix. A prefix that stops inside
+/// the domain segment (`t/ns/pers`), names a non-domain third segment
+/// (`t/ns/orders-`) or omits the domain's `/` is refused, naming the prefix
+/// and what to use, with nothing written.
+#[tokio::test]
+async fn override_prefixes_end_on_a_segment_boundary_up_to_the_topic() {
+    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let reg = Registry::new(store.clone());
+    reg.register("a", "memory://a", ClusterStatus::Active)
+        .await
+        .unwrap();
+    reg.register("b", "memory://b", ClusterStatus::Standby)
+        .await
+        .unwrap();
+    let before = snapshot(store.as_ref(), "/admin").await;
+    for (prefix, advice) in [
+        ("t/ns/pers", "`t/ns/persistent/`"),
+        ("t/ns/p", "`t/ns/persistent/`"),
+        ("t/ns/persistent", "`t/ns/persistent/`"),
+        ("t/ns/non-persistent", "`t/ns/non-persistent/`"),
+        ("t/ns/orders-", "`t/ns/persistent/orders-`"),
+        ("t/ns", "`t/ns/`"),
+    ] {
+        let e = reg
+            .set_prefix_override(prefix, "b", None, 0)
+            .await
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, RegistryError::InvalidPrefix { .. })
+                && msg.contains(&format!("`{prefix}`"))
+                && msg.contains(advice),
+            "{prefix}: {msg}"
+        );
+        assert_eq!(snapshot(store.as_ref(), "/admin").await, before, "{prefix}");
+    }
+    for prefix in [
+        "t/ns/",
+        "t/ns/persistent/",
+        "t/ns/persistent/orders-",
+        "t/ns/non-persistent/x",
+    ] {
+        reg.set_prefix_override(prefix, "b", None, 0).await.unwrap();
+    }
+}

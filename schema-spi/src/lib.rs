@@ -12,7 +12,8 @@ use bkswitch_proto::schema::PositionInfo;
 ///
 /// # Contract
 ///
-/// - [`active`](Self::active) is consulted once per schema version written: the
+/// - [`active_for`](Self::active_for) (by default [`active`](Self::active))
+///   is consulted once per schema version written, with the schema id: the
 ///   new schema ledger is created on the client it returns.
 /// - [`creation_properties`](Self::creation_properties) is then asked, with that
 ///   same client, for the entries to merge into the new
@@ -33,6 +34,14 @@ pub trait SchemaClientProvider: Send + Sync + Debug {
 
     /// The client new schema ledgers are created on now.
     fn active(&self) -> Arc<dyn BookKeeper>;
+
+    /// The client a new schema ledger of `schema_id` is created on now: where
+    /// a per-prefix override (a canary) sends the topic's new ledgers, else
+    /// [`active`](Self::active) (the default).
+    fn active_for(&self, schema_id: &str) -> Arc<dyn BookKeeper> {
+        let _ = schema_id;
+        self.active()
+    }
 
     /// The properties to record in the new `PositionInfo` of a schema ledger
     /// created on `client`.

@@ -64,8 +64,12 @@ pub struct ClusterUsage {
     pub corrupt: Vec<(String, i64)>,
     /// How many corrupt records were found.
     pub corrupt_count: u64,
-    /// Metadata values that decode as none of the known records (skipped).
+    /// Metadata values that decode as none of the known records: which
+    /// cluster their ledgers are on cannot be told.
     pub undecodable: u64,
+    /// The paths of the first [`USAGE_SAMPLE`] of them.
+    #[serde(default)]
+    pub undecodable_paths: Vec<String>,
 }
 
 impl ClusterUsage {
@@ -129,7 +133,7 @@ pub(crate) async fn usage(
     };
     visit(store, SCHEMAS_ROOT, |path, value| {
         let Ok(locator) = SchemaLocator::decode(value.as_slice()) else {
-            u.undecodable += 1;
+            undecodable(&mut u, path);
             return Ok(());
         };
         let mut seen = Vec::new();
@@ -166,12 +170,19 @@ pub(crate) async fn usage(
                 }
             }
         } else {
-            u.undecodable += 1;
+            undecodable(&mut u, path);
         }
         Ok(())
     })
     .await?;
     Ok(u)
+}
+
+fn undecodable(u: &mut ClusterUsage, path: &str) {
+    u.undecodable += 1;
+    if u.undecodable_paths.len() < USAGE_SAMPLE {
+        u.undecodable_paths.push(path.to_owned());
+    }
 }
 
 fn corrupt(u: &mut ClusterUsage, path: &str, ledger_id: i64) {

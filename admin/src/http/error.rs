@@ -91,6 +91,7 @@ impl From<RegistryError> for ApiError {
         match &e {
             RegistryError::NotFound { .. } => ApiError::not_found(msg),
             RegistryError::InvalidName { .. } => ApiError::invalid(Some("name"), msg),
+            RegistryError::InvalidPrefix { .. } => ApiError::invalid(Some("prefix"), msg),
             RegistryError::InvalidUri { .. } | RegistryError::UriCollision { .. } => {
                 ApiError::invalid(Some("metadataServiceUri"), msg)
             }
@@ -148,8 +149,18 @@ impl From<NodeError> for ApiError {
             NodeError::Registry(r) => r.into(),
             NodeError::Orchestrator(o) => o.into(),
             NodeError::Router(r) => r.into(),
-            e @ (NodeError::ClusterInUse { .. } | NodeError::TopicOwned { .. }) => {
-                ApiError::conflict(e.to_string())
+            e @ (NodeError::ClusterInUse { .. }
+            | NodeError::ClusterInCanary { .. }
+            | NodeError::TopicOwned { .. }) => ApiError::conflict(e.to_string()),
+            NodeError::ClusterOverridden { ref prefixes, .. } => {
+                let details = serde_json::json!({ "overrides": prefixes });
+                ApiError::conflict(e.to_string()).with_details(details)
+            }
+            NodeError::UndecodableMetadata {
+                count, ref paths, ..
+            } => {
+                let details = serde_json::json!({ "undecodable": count, "paths": paths });
+                ApiError::conflict(e.to_string()).with_details(details)
             }
             NodeError::ClusterHoldsLedgers { ref usage, .. } => {
                 let details = serde_json::to_value(usage.as_ref()).unwrap_or_default();

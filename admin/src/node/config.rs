@@ -35,6 +35,9 @@ pub struct NodeConfig {
     pub registry_root: String,
     /// Root of the topic-ownership nodes.
     pub owners_root: String,
+    /// Root of the node-id registrations (one ephemeral node per live node,
+    /// refusing a second node with the same id).
+    pub nodes_root: String,
     /// Bearer token of the public admin endpoints.
     pub admin_token: String,
     /// Bearer token of `/internal/*` (node to node).
@@ -129,6 +132,7 @@ impl NodeConfig {
             cluster_name: None,
             registry_root: bkswitch_registry::DEFAULT_ROOT.to_owned(),
             owners_root: DEFAULT_OWNERS_ROOT.to_owned(),
+            nodes_root: super::registration::DEFAULT_NODES_ROOT.to_owned(),
             admin_token: admin_token.to_owned(),
             internal_token: internal_token.to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -216,6 +220,69 @@ pub enum NodeError {
         switch_id: String,
         /// Its phase.
         phase: String,
+    },
+    /// The cluster is the source or the target of a canary that has not
+    /// finished (its records under `<registry root>/canaries/…`).
+    #[error(
+        "cannot unregister bookie cluster `{name}`: it is the {side} of the canary of \
+         `{prefix}` (switch `{switch_id}`, phase {phase}); let the canary finish (a \
+         cluster-wide switch to its cluster, then cleanup) or roll it back \
+         (`remove-override {prefix}`) first. Nothing was unregistered"
+    )]
+    ClusterInCanary {
+        /// The cluster.
+        name: String,
+        /// `source` or `target`.
+        side: &'static str,
+        /// The canary's prefix.
+        prefix: String,
+        /// Its switch.
+        switch_id: String,
+        /// Its phase.
+        phase: String,
+    },
+    /// A per-prefix override routes new ledgers to the cluster.
+    #[error(
+        "cannot unregister bookie cluster `{name}`: the override of {} routes new ledgers \
+         there; finish its canary (a cluster-wide switch to `{name}`) or remove it \
+         (`remove-override <prefix>`) first. Nothing was unregistered",
+        prefixes.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+    )]
+    ClusterOverridden {
+        /// The cluster.
+        name: String,
+        /// The prefixes whose override names it.
+        prefixes: Vec<String>,
+    },
+    /// Some metadata cannot be decoded, so whether the cluster still holds
+    /// ledgers cannot be told.
+    #[error(
+        "cannot unregister bookie cluster `{name}`: {count} metadata value(s) decode as no \
+         known record (e.g. {}), so which cluster their ledgers are on cannot be told; repair \
+         or remove them, then retry. Nothing was unregistered",
+        paths.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+    )]
+    UndecodableMetadata {
+        /// The cluster.
+        name: String,
+        /// How many values cannot be decoded.
+        count: u64,
+        /// The paths of the first ones.
+        paths: Vec<String>,
+    },
+    /// Another live node runs with this node id.
+    #[error(
+        "node id `{node_id}` is taken by a live node at {url} (registered at `{path}`); two \
+         nodes with one id would both own the same topics. Give every node a unique id \
+         (`--node-id` / `bkswitchNodeId`), or stop that node first"
+    )]
+    DuplicateNodeId {
+        /// The id.
+        node_id: String,
+        /// The live node's REST base URL.
+        url: String,
+        /// Its registration node.
+        path: String,
     },
     /// The cluster still holds recorded ledgers.
     #[error(

@@ -26,6 +26,7 @@
 mod config;
 mod duties;
 mod ownership;
+mod registration;
 mod start;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,7 @@ pub use config::{standard_client_factory, standard_idgen_source, NodeConfig, Nod
 /// How long [`Node::probe_cluster`] waits for a cluster's client to start.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 pub use ownership::{Ownership, DEFAULT_OWNERS_ROOT};
+pub use registration::DEFAULT_NODES_ROOT;
 
 use crate::wire::NodeStatus;
 
@@ -66,6 +68,8 @@ struct NodeInner {
     factory: ManagedLedgerFactory,
     schemas: SchemaStorage,
     url: String,
+    /// This node's node-id registration (given up by [`Node::stop`]).
+    registration: registration::Registration,
     /// Cursor promotions this node executed for a coordinator over HTTP.
     promotions_served: AtomicU64,
     metrics: Arc<crate::metrics::NodeMetrics>,
@@ -395,6 +399,13 @@ impl Node {
     ///   data ledgers are trimmed or deleted. The check streams the metadata
     ///   ([`Orchestrator::cluster_usage`](bkswitch_switch_orchestrator::Orchestrator::cluster_usage)).
     ///
+    /// - a cluster that a per-prefix override names (new ledgers of its
+    ///   prefix are created there), or that is the source or the target of a
+    ///   canary that has not finished (its records under
+    ///   `<registry root>/canaries/…`, even when its override is gone);
+    /// - any cluster while some managed-ledger or schema metadata cannot be
+    ///   decoded: which cluster that record's ledgers are on cannot be told.
+    ///
     /// The registry itself refuses the ACTIVE cluster. The switch check runs
     /// again after the ledger scan, right before the delete, so a switch
     /// started while the scan ran is seen; a switch started in the few
@@ -403,8 +414,10 @@ impl Node {
     /// BUILD with the target unknown and can be rolled back.
     ///
     /// # Errors
-    /// [`NodeError::ClusterInUse`], [`NodeError::ClusterHoldsLedgers`]
-    /// (nothing written); the registry's errors.
+    /// [`NodeError::ClusterInUse`], [`NodeError::ClusterOverridden`],
+    /// [`NodeError::ClusterInCanary`], [`NodeError::ClusterHoldsLedgers`],
+    /// [`NodeError::UndecodableMetadata`] (nothing written); the registry's
+    /// errors.
     pub async fn unregister_cluster(&self, name: &str) -> Result<(), NodeError> {
         if self.registry().get(name).await?.is_none() {
             return Err(RegistryError::NotFound {
@@ -412,7 +425,7 @@ impl Node {
             }
             .into());
         }
-        self.refuse_switch_side(name).await?;
+        self.refuse_holds(name).await?;
         let usage = self.orchestrator().cluster_usage(name).await?;
         if !usage.is_empty() {
             return Err(NodeError::ClusterHoldsLedgers {
@@ -420,8 +433,50 @@ impl Node {
                 usage: Box::new(usage),
             });
         }
-        self.refuse_switch_side(name).await?;
+        if usage.undecodable > 0 {
+            return Err(NodeError::UndecodableMetadata {
+                name: name.to_owned(),
+                count: usage.undecodable,
+                paths: usage.undecodable_paths,
+            });
+        }
+        self.refuse_holds(name).await?;
         Ok(self.registry().unregister(name).await?)
+    }
+
+    /// Refuses to unregister `name` while something beside recorded ledgers
+    /// holds it: a side of an unfinished switch, an override naming it, a
+    /// side of an unfinished canary.
+    async fn refuse_holds(&self, name: &str) -> Result<(), NodeError> {
+        self.refuse_switch_side(name).await?;
+        let (overrides, _) = self.registry().prefix_overrides().await?;
+        let prefixes: Vec<String> = overrides
+            .into_iter()
+            .filter(|(_, o)| o.cluster == name)
+            .map(|(p, _)| p)
+            .collect();
+        if !prefixes.is_empty() {
+            return Err(NodeError::ClusterOverridden {
+                name: name.to_owned(),
+                prefixes,
+            });
+        }
+        for prefix in self.orchestrator().canary_prefixes().await? {
+            let canary = self.orchestrator().for_prefix(&prefix);
+            let Some(st) = canary.current_status().await? else {
+                continue;
+            };
+            if let Some(side) = unfinished_side(&st, name) {
+                return Err(NodeError::ClusterInCanary {
+                    name: name.to_owned(),
+                    side,
+                    prefix,
+                    switch_id: st.switch_id,
+                    phase: st.phase.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// [`NodeError::ClusterInUse`] when `name` is a side of an unfinished switch.
@@ -429,22 +484,14 @@ impl Node {
         let Some(st) = self.orchestrator().current_status().await? else {
             return Ok(());
         };
-        let unfinished = !st.phase.is_final() && st.phase != Phase::RolledBack;
-        let side = if st.source == name {
-            Some("source")
-        } else if st.target == name {
-            Some("target")
-        } else {
-            None
-        };
-        match (unfinished, side) {
-            (true, Some(side)) => Err(NodeError::ClusterInUse {
+        match unfinished_side(&st, name) {
+            Some(side) => Err(NodeError::ClusterInUse {
                 name: name.to_owned(),
                 side,
                 switch_id: st.switch_id,
                 phase: st.phase.to_string(),
             }),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 
@@ -538,5 +585,31 @@ impl Node {
         }
         self.inner.sync.stop().await;
         let _ = self.inner.storage.close().await;
+        let config = &self.inner.config;
+        registration::deregister(
+            config.store.as_ref(),
+            &config.nodes_root,
+            &self.inner.registration,
+        )
+        .await;
+    }
+}
+
+/// Which side (`source` or `target`) of the switch or canary `st` the
+/// cluster `name` is, while it has not finished (neither final nor rolled
+/// back).
+fn unfinished_side(
+    st: &bkswitch_switch_orchestrator::SwitchStatus,
+    name: &str,
+) -> Option<&'static str> {
+    if st.phase.is_final() || st.phase == Phase::RolledBack {
+        return None;
+    }
+    if st.source == name {
+        Some("source")
+    } else if st.target == name {
+        Some("target")
+    } else {
+        None
     }
 }

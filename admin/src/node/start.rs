@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::duties::{clean_up_by_itself, coordinate, roll_after_switch};
 use super::ownership::NodeOwners;
+use super::registration::{deregister, keep, register, Registration};
 use super::{Node, NodeConfig, NodeError, NodeInner};
 
 impl Node {
@@ -36,8 +37,6 @@ impl Node {
         let metrics = Arc::new(NodeMetrics::default());
         config.client_factory = metered(config.client_factory.clone(), metrics.clone());
         let registry = Registry::with_root(config.store.clone(), &config.registry_root)?;
-        let storage = start_storage(&config).await?;
-        let sync = RegistrySync::start(storage.clone(), registry.clone(), &config.node_id).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -50,13 +49,37 @@ impl Node {
             source,
         })?;
         let url = format!("http://{addr}");
+        // The node id first: a second node with the same id opens nothing.
+        let registration = Registration::new(&config.node_id, &url);
+        register(config.store.as_ref(), &config.nodes_root, &registration).await?;
+        let started = async {
+            let storage = start_storage(&config).await?;
+            let sync =
+                RegistrySync::start(storage.clone(), registry.clone(), &config.node_id).await?;
+            Ok::<_, NodeError>((storage, sync))
+        }
+        .await;
+        let (storage, sync) = match started {
+            Ok(parts) => parts,
+            Err(e) => {
+                deregister(config.store.as_ref(), &config.nodes_root, &registration).await;
+                return Err(e);
+            }
+        };
 
         let topics = Arc::new(LocalTopics::new());
         let orchestrator = orchestrator(&config, &registry, &storage, &topics);
-        let factory = ManagedLedgerFactory::from_storage_class(
-            config.store.clone(),
-            &*storage.default_storage_class()?,
-        );
+        let default_class = match storage.default_storage_class() {
+            Ok(class) => class,
+            Err(e) => {
+                sync.stop().await;
+                let _ = storage.close().await;
+                deregister(config.store.as_ref(), &config.nodes_root, &registration).await;
+                return Err(e.into());
+            }
+        };
+        let factory =
+            ManagedLedgerFactory::from_storage_class(config.store.clone(), &*default_class);
         let schemas = SchemaStorage::new(
             config.store.clone(),
             storage.schema_provider(),
@@ -74,6 +97,7 @@ impl Node {
                 factory,
                 schemas,
                 url,
+                registration,
                 promotions_served: AtomicU64::new(0),
                 metrics,
                 tasks: parking_lot::Mutex::new(Vec::new()),
@@ -93,6 +117,12 @@ impl Node {
         tasks.push(tokio::spawn(crate::http::serve(
             listener,
             self,
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(keep(
+            inner.config.store.clone(),
+            inner.config.nodes_root.clone(),
+            inner.registration.clone(),
             stop.clone(),
         )));
         if let Some(duties) = inner.sync.take_duties() {

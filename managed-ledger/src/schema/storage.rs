@@ -336,7 +336,7 @@ impl SchemaStorage {
             }
         };
 
-        let client = self.provider.active();
+        let client = self.provider.active_for(schema_id);
         let handle = client
             .create_ledger(&self.ledger_config(schema_id))
             .await

@@ -23,7 +23,7 @@ mod markers;
 mod overrides;
 mod register;
 
-pub use overrides::{validate_prefix, PrefixOverride, PrefixOverrides};
+pub use overrides::{schema_id_prefix, validate_prefix, PrefixOverride, PrefixOverrides};
 
 /// Default registry root in the broker metadata store.
 pub const DEFAULT_ROOT: &str = "/admin/bookie-clusters";

@@ -37,31 +37,98 @@ pub struct PrefixOverride {
 /// The node's value: prefix → override.
 pub type PrefixOverrides = BTreeMap<String, PrefixOverride>;
 
-/// Checks a prefix: `tenant/namespace/` or longer, no empty segment.
+/// The managed-ledger domain segments (`tenant/namespace/<domain>/topic`).
+const DOMAINS: [&str; 2] = ["persistent", "non-persistent"];
+
+/// Checks an override prefix, so that it scopes managed ledgers
+/// (`tenant/namespace/<domain>/topic`) and schemas (`tenant/namespace/topic`,
+/// no domain segment) alike: the tenant, namespace and domain segments are
+/// whole and end with `/`; only the topic name may be partial. Accepted:
+/// `tenant/ns/`, `tenant/ns/persistent/`, `tenant/ns/persistent/orders-`,
+/// `tenant/ns/non-persistent/x`. Refused: `tenant` and `tenant/ns` (use
+/// `tenant/ns/`), a prefix that stops inside or right at the end of the
+/// domain segment (`tenant/ns/pers`, `tenant/ns/persistent`: use
+/// `tenant/ns/persistent/`) and a third segment that is no domain
+/// (`tenant/ns/orders-`: use `tenant/ns/persistent/orders-`). The schema ids
+/// a prefix scopes are those starting with [`schema_id_prefix`].
 ///
 /// # Errors
 ///
-/// [`RegistryError::InvalidName`] naming the prefix and the rule.
+/// [`RegistryError::InvalidPrefix`] naming the prefix, the rule and the
+/// prefix to use instead.
 pub fn validate_prefix(prefix: &str) -> Result<()> {
-    let bad = |reason: &str| {
-        Err(RegistryError::InvalidName {
-            name: prefix.to_owned(),
-            reason: reason.to_owned(),
+    let bad = |reason: String| {
+        Err(RegistryError::InvalidPrefix {
+            prefix: prefix.to_owned(),
+            reason,
         })
     };
     if prefix.starts_with('/') || prefix.contains("//") {
         return bad(
-            "a prefix is `tenant/namespace/` or longer, without a leading '/' or an empty segment",
+            "a prefix is `tenant/namespace/` or longer, without a leading '/' or an empty \
+             segment"
+                .to_owned(),
         );
     }
-    let segments = prefix.split('/').filter(|s| !s.is_empty()).count();
-    if segments < 2 || (segments == 2 && !prefix.ends_with('/')) {
-        return bad(
-            "a prefix names at least a namespace, ending with '/' (`tenant/namespace/`), or a \
-             longer topic prefix (`tenant/namespace/persistent/orders-`)",
-        );
+    let parts: Vec<&str> = prefix.splitn(4, '/').collect();
+    match parts.as_slice() {
+        [] | [_] => bad(
+            "a prefix names at least a namespace, ending with '/': use `tenant/namespace/`, or a \
+             topic prefix such as `tenant/namespace/persistent/orders-`"
+                .to_owned(),
+        ),
+        [tenant, ns] => bad(format!(
+            "a prefix names at least a namespace, ending with '/': use `{tenant}/{ns}/`"
+        )),
+        [_, _, ""] => Ok(()),
+        [tenant, ns, partial] => match DOMAINS.iter().find(|d| d.starts_with(partial)) {
+            Some(domain) => bad(format!(
+                "it ends inside the domain segment, which schema ids do not have, so it would \
+                 scope managed ledgers and schemas differently; the tenant, namespace and \
+                 domain segments must be whole and end with '/': use `{tenant}/{ns}/{domain}/` \
+                 (or `{tenant}/{ns}/` for the whole namespace)"
+            )),
+            None => bad(format!(
+                "its third segment `{partial}` is no domain (`persistent` or `non-persistent`); \
+                 managed-ledger names are `tenant/namespace/<domain>/topic`: use \
+                 `{tenant}/{ns}/persistent/{partial}` (or `{tenant}/{ns}/` for the whole \
+                 namespace)"
+            )),
+        },
+        [tenant, ns, domain, rest] => {
+            if DOMAINS.contains(domain) {
+                Ok(())
+            } else {
+                bad(format!(
+                    "its third segment `{domain}` is no domain (`persistent` or \
+                     `non-persistent`); managed-ledger names are \
+                     `tenant/namespace/<domain>/topic`: use \
+                     `{tenant}/{ns}/persistent/{domain}/{rest}` (or `{tenant}/{ns}/` for the \
+                     whole namespace)"
+                ))
+            }
+        }
+        _ => unreachable!("splitn(4) yields at most four parts"),
     }
-    Ok(())
+}
+
+/// The schema-id prefix an override prefix scopes: schema ids are
+/// `tenant/namespace/topic`, without the managed ledger's domain segment,
+/// which is dropped (`tenant/ns/persistent/orders-` → `tenant/ns/orders-`,
+/// `tenant/ns/persistent/` → `tenant/ns/`). For a prefix that
+/// [`validate_prefix`] accepts, a managed ledger is under the prefix exactly
+/// when its schema id starts with this. (A schema id is shared by the
+/// persistent and the non-persistent topic of one name.)
+pub fn schema_id_prefix(prefix: &str) -> String {
+    let mut parts: Vec<&str> = prefix.splitn(4, '/').collect();
+    if parts.len() >= 3 && DOMAINS.contains(&parts[2]) {
+        parts.remove(2);
+        if parts.len() == 2 {
+            // `tenant/ns/persistent` or `tenant/ns/persistent/`: the namespace.
+            return format!("{}/{}/", parts[0], parts[1]);
+        }
+    }
+    parts.join("/")
 }
 
 impl Registry {
@@ -90,7 +157,7 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// [`RegistryError::InvalidName`] for a bad prefix,
+    /// [`RegistryError::InvalidPrefix`] for a bad prefix,
     /// [`RegistryError::NotFound`], [`RegistryError::Deprecated`] (nothing
     /// written); [`RegistryError::Conflict`], [`RegistryError::Metadata`].
     pub async fn set_prefix_override(
@@ -170,4 +237,48 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{schema_id_prefix, validate_prefix};
+
+    /// For every accepted prefix, a managed ledger is under it exactly when
+    /// its schema id is under the schema-id prefix.
+    #[test]
+    fn accepted_prefixes_scope_managed_ledgers_and_schemas_alike() {
+        let names = [
+            "t/ns/persistent/orders-1",
+            "t/ns/persistent/other",
+            "t/ns/non-persistent/x1",
+            "t/ns2/persistent/orders-1",
+            "t/n/persistent/orders-1",
+        ];
+        for prefix in [
+            "t/ns/",
+            "t/ns/persistent/",
+            "t/ns/persistent/orders-",
+            "t/ns/non-persistent/x",
+            "t/n/",
+        ] {
+            validate_prefix(prefix).unwrap();
+            let schema_prefix = schema_id_prefix(prefix);
+            for ml in names {
+                let schema_id =
+                    ml.replacen("/persistent/", "/", 1)
+                        .replacen("/non-persistent/", "/", 1);
+                let domain_ok = !prefix.contains("persistent/")
+                    || ml.split('/').nth(2) == prefix.split('/').nth(2);
+                assert_eq!(
+                    ml.starts_with(prefix),
+                    schema_id.starts_with(&schema_prefix) && domain_ok,
+                    "{prefix} / {ml}"
+                );
+            }
+        }
+        assert_eq!(schema_id_prefix("t/ns/"), "t/ns/");
+        assert_eq!(schema_id_prefix("t/ns/persistent/orders-"), "t/ns/orders-");
+        assert_eq!(schema_id_prefix("t/ns/persistent/"), "t/ns/");
+        assert_eq!(schema_id_prefix("t/ns/non-persistent/x"), "t/ns/x");
+    }
 }

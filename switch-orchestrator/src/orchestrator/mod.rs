@@ -675,19 +675,10 @@ impl Orchestrator {
     }
 }
 
-/// The schema-id prefix of a managed-ledger prefix: schema ids are
-/// `tenant/namespace/topic`, without the managed ledger's domain segment
-/// (`persistent`), which is dropped when the prefix names it.
+/// The schema-id prefix of a managed-ledger prefix (the registry's one
+/// rule, [`bkswitch_registry::schema_id_prefix`]).
 fn schema_prefix(prefix: &str) -> String {
-    let mut parts: Vec<&str> = prefix.splitn(4, '/').collect();
-    if parts.len() >= 3 && matches!(parts[2], "persistent" | "non-persistent") {
-        parts.remove(2);
-        if parts.len() == 2 {
-            // `tenant/ns/persistent` or `tenant/ns/persistent/`: the namespace.
-            return format!("{}/{}/", parts[0], parts[1]);
-        }
-    }
-    parts.join("/")
+    bkswitch_registry::schema_id_prefix(prefix)
 }
 
 /// Milliseconds since the Unix epoch.
