@@ -10,7 +10,7 @@
 //!   ledger is deleted and nothing is recorded;
 //! - S2: a ledger is opened, recovered or deleted on the client the resolver
 //!   names, once per handle open;
-//! - S3: schema ledgers are created on the provider's active client, stamped
+//! - S3: schema ledgers are created on the provider's client for the schema (`active_for`, which follows a canary), stamped
 //!   in the locator write, read and deleted by stamp.
 //!
 //! The hooks come from wherever the plugin is configured: in production from
@@ -596,7 +596,7 @@ impl TinySchemas {
     /// Metadata, client and hook failures (the new ledger is deleted then).
     pub async fn put(&self, schema_id: &str, data: &[u8]) -> Result<i64> {
         let current = self.locator(schema_id).await?;
-        let client = self.provider.active();
+        let client = self.provider.active_for(schema_id);
         let handle = client.create_ledger(&ledger_config()).await?;
         let id = handle.id();
         let written = async {
