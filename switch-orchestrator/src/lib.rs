@@ -27,6 +27,7 @@ pub const FAILPOINTS: &[&str] = &[
     "orchestrator::directive",
     "orchestrator::switch_record",
     "orchestrator::copy",
+    "orchestrator::created_record",
     "orchestrator::ledger_record",
     "orchestrator::schema_cas",
     "orchestrator::cursor_promote",

@@ -4,6 +4,7 @@
 //! will route to them.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bkswitch_bk_client::BookKeeperExt;
 use bkswitch_ledger_copy::{
@@ -73,10 +74,20 @@ impl Orchestrator {
     ) -> Result<std::result::Result<CopyReport, CopyError>> {
         let store = self.inner.store.clone();
         let created_root = self.created_path(&ctx.id);
+        // A crash right after `createLedgerAdv`, before anything else (the
+        // failpoint `orchestrator::created_record`): the copy is abandoned
+        // where it stands, as a dying process leaves it.
+        let crash = Arc::new(tokio::sync::Notify::new());
+        let crashed = crash.clone();
         let opts = self.copy_options(kind).with_on_created(move |id| {
             let store = store.clone();
             let path = format!("{created_root}/{id}");
+            let crashed = crashed.clone();
             Box::pin(async move {
+                if crash_after_create() {
+                    crashed.notify_one();
+                    std::future::pending::<()>().await;
+                }
                 match store.put(&path, b"", ExpectedVersion::NotExists).await {
                     Ok(_) => Ok(()),
                     Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => {
@@ -88,7 +99,14 @@ impl Orchestrator {
         });
         fail_point!("orchestrator::copy");
         let (src, dst) = ctx.clients()?;
-        let mut result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
+        let mut result = tokio::select! {
+            r = copy_ledger_preserving_ids(ledger_id, src, dst, &opts) => r,
+            () = crash.notified() => {
+                return Err(crate::OrchestratorError::Injected {
+                    point: "orchestrator::created_record",
+                })
+            }
+        };
         if matches!(result, Err(CopyError::Mismatch { .. })) {
             if self.created_by_this_switch(ctx, ledger_id).await? {
                 tracing::warn!(ledger_id, cluster = %ctx.target,
@@ -278,4 +296,11 @@ impl Orchestrator {
         let _ = h.close().await;
         Ok(lac)
     }
+}
+
+/// Whether the failpoint `orchestrator::created_record` is set: a crash right
+/// after the target ledger was created (only with the `failpoints` feature).
+fn crash_after_create() -> bool {
+    fail::fail_point!("orchestrator::created_record", |_| true);
+    false
 }
