@@ -396,7 +396,7 @@ async fn the_idgen_precheck_requires_the_safety_margin() {
     assert!(err.to_string().contains("margin"), "{err}");
     assert_eq!(metadata(env.store.as_ref()).await, before, "nothing written");
     // With the margin, it starts.
-    let margin = 100_000_i64;
+    let margin = orch.config().idgen_safety_margin;
     env.advance_beyond(NEW, OLD, margin + 1).unwrap();
     assert!(orch.precheck(NEW).await.unwrap().ready);
     orch.start_switch(NEW, None).await.unwrap();

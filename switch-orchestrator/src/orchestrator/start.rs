@@ -15,11 +15,22 @@ use crate::scan::Pages;
 
 impl Orchestrator {
     /// [`Orchestrator::start_switch`].
+    ///
+    /// Runs as coordinator work (see `Orchestrator::exclusive`): its checks
+    /// and writes cannot interleave with any other coordinator's.
     pub(super) async fn start(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
-        if let Some(prefix) = self.inner.scope.clone() {
-            return self.start_canary(&prefix, target, origin).await;
+        let what = format!("starting a switch to `{target}`");
+        match self.inner.scope.clone() {
+            Some(prefix) => {
+                self.exclusive(&what, self.start_canary(&prefix, target, origin))
+                    .await
+            }
+            None => self.exclusive(&what, self.start_cluster_wide(target, origin)).await,
         }
-        let _guard = self.inner.lock.lock().await;
+    }
+
+    /// A cluster-wide switch's start (holding the coordinator lease).
+    async fn start_cluster_wide(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
         let registry = &self.inner.registry;
         let Some(record) = registry.get(target).await? else {
             return Err(OrchestratorError::UnknownCluster {
@@ -41,11 +52,14 @@ impl Orchestrator {
                 prefixes: elsewhere.join(", "),
             });
         }
-        // A canary still copying or promoting would race this switch over
-        // the same ledgers.
-        for prefix in overrides.keys() {
-            if let Some(st) = self.for_prefix(prefix).current_status().await? {
-                if !st.phase.is_built() || st.phase == Phase::RollingBack {
+        // A canary still copying, promoting, rolling back or cleaning up
+        // would race this switch over the same ledgers (every recorded
+        // canary, also those whose override a rollback already removed).
+        for prefix in self.canary_prefixes().await? {
+            if let Some(st) = self.for_prefix(&prefix).current_status().await? {
+                if !st.phase.is_built()
+                    || matches!(st.phase, Phase::RollingBack | Phase::Cleanup)
+                {
                     return Err(OrchestratorError::SwitchInProgress {
                         switch_id: format!("canary {} of `{prefix}`", st.switch_id),
                         target: st.target,
@@ -185,7 +199,6 @@ impl Orchestrator {
         target: &str,
         origin: Option<&str>,
     ) -> Result<SwitchStatus> {
-        let _guard = self.inner.lock.lock().await;
         let registry = &self.inner.registry;
         bkswitch_registry::validate_prefix(prefix)?;
         let Some(record) = registry.get(target).await? else {
@@ -217,6 +230,7 @@ impl Orchestrator {
                 });
             }
         }
+        self.refuse_overlapping_work(prefix).await?;
         let source = self.active_cluster().await?;
         if source == target {
             return Err(OrchestratorError::AlreadyActive {
@@ -261,6 +275,44 @@ impl Orchestrator {
         self.create_switch(&rec).await?;
         tracing::info!(prefix, switch_id = %rec.switch_id, target, "canary started");
         self.status(&rec.switch_id).await
+    }
+
+    /// A canary of `prefix` works on ledgers a cluster-wide switch, and a
+    /// canary of an overlapping prefix (one a prefix of the other, as
+    /// managed-ledger or as schema prefixes), work on too: refused while
+    /// the cluster-wide switch has not finished (DONE) or been rolled back,
+    /// and while such a canary has not.
+    async fn refuse_overlapping_work(&self, prefix: &str) -> Result<()> {
+        let unfinished = |phase: Phase| !phase.is_final() && phase != Phase::RolledBack;
+        let wide = self.view(None);
+        if let Some(st) = wide.current_status().await? {
+            if unfinished(st.phase) {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: st.switch_id,
+                    target: st.target,
+                    phase: st.phase.to_string(),
+                });
+            }
+        }
+        let overlap = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
+        let schemas = super::schema_prefix(prefix);
+        for other in self.canary_prefixes().await? {
+            if other == prefix
+                || !(overlap(&other, prefix) || overlap(&super::schema_prefix(&other), &schemas))
+            {
+                continue;
+            }
+            if let Some(st) = self.for_prefix(&other).current_status().await? {
+                if unfinished(st.phase) {
+                    return Err(OrchestratorError::SwitchInProgress {
+                        switch_id: format!("canary {} of `{other}`", st.switch_id),
+                        target: st.target,
+                        phase: st.phase.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes the directive to switch to `target` that follows `seen` (the
@@ -368,7 +420,24 @@ impl Orchestrator {
         kept.extend(max);
         Ok(registry
             .precheck(source, target, &kept, self.inner.idgen.as_ref())
-            .await)
+            .await
+            .map(|p| self.with_margin(p)))
+    }
+
+    /// The registry's precheck made stricter by the idgen safety margin
+    /// ([`OrchestratorConfig::idgen_safety_margin`]): the target's next id
+    /// must be at least the margin beyond the source's next id, since nodes
+    /// keep creating ledgers on the source until they applied the switch.
+    ///
+    /// [`OrchestratorConfig::idgen_safety_margin`]: super::OrchestratorConfig::idgen_safety_margin
+    pub(super) fn with_margin(&self, mut p: PrecheckResult) -> PrecheckResult {
+        let margin = self.inner.config.idgen_safety_margin.max(1);
+        if let Some(next) = p.source_next_ledger_id {
+            if p.target_next_ledger_id.saturating_sub(next) < margin {
+                p.ready = false;
+            }
+        }
+        p
     }
 }
 
