@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use bkswitch_ledger_copy::{copy_ledger_preserving_ids, CopyOptions};
-use bkswitch_metadata_store::{MemoryStore, MetadataStore};
+use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_switch_orchestrator::{
     CleanupOptions, LedgerState, Orchestrator, OrchestratorConfig, OrchestratorError, Phase,
 };
@@ -373,6 +373,86 @@ async fn no_deletion_once_the_metadata_session_was_lost() {
         .await
         .unwrap();
     assert_eq!(r.phase, Phase::Done, "{r:?}");
+    assert_nothing_lost(&env, 2).await;
+    scenario.teardown();
+}
+
+/// The same on a real ZooKeeper: the server stops right before a deletion
+/// and comes back 3 s later; nothing is deleted while it is gone, and the
+/// cleanup finishes once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_deletion_while_zookeeper_is_gone() {
+    let scenario = fail::FailScenario::setup();
+    bkswitch_zk_harness::require_zk();
+    let server = Arc::new(bkswitch_zk_harness::ZkServer::start());
+    let url = format!(
+        "zk://{}{}",
+        server.connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let options = ZkStoreOptions {
+        session_timeout: Duration::from_secs(4),
+        operation_timeout: Duration::from_secs(2),
+        ..ZkStoreOptions::default()
+    };
+    let store: Arc<dyn MetadataStore> = Arc::new(ZkStore::connect(&url, options).await.unwrap());
+    let env = env(store).await;
+    env.populate(0, 2).await;
+    let orch = env.orchestrator();
+    let id = switched(&env, &orch).await;
+    let targets = orch.cleanup_targets(&id).await.unwrap();
+    assert!(!targets.is_empty());
+    // Whether every listed copy was still there while the server was down.
+    let (seen_tx, seen) = mpsc::channel::<Vec<i64>>();
+    let seen_tx = Mutex::new(seen_tx);
+    let once = AtomicBool::new(false);
+    let (srv, clusters, listed) = (server.clone(), env.clusters.clone(), targets.clone());
+    fail::cfg_callback("orchestrator::cleanup_delete", move || {
+        if once.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        srv.stop();
+        let (srv, clusters, listed) = (srv.clone(), clusters.clone(), listed.clone());
+        let tx = seen_tx.lock().unwrap().clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            let gone: Vec<i64> = listed
+                .iter()
+                .filter(|t| !clusters.get(&t.cluster).unwrap().contains_ledger(t.ledger_id))
+                .map(|t| t.ledger_id)
+                .collect();
+            let _ = tx.send(gone);
+            srv.start_again();
+        });
+    })
+    .unwrap();
+    let first = orch
+        .cleanup(&id, CleanupOptions::execute().with_force(true))
+        .await;
+    fail::remove("orchestrator::cleanup_delete");
+    let gone = tokio::task::spawn_blocking(move || seen.recv_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        gone.is_empty(),
+        "ledgers {gone:?} deleted while ZooKeeper was gone (first pass: {first:?})"
+    );
+    // Back: later passes finish the cleanup.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match orch
+            .cleanup(&id, CleanupOptions::execute().with_force(true))
+            .await
+        {
+            Ok(r) if r.phase == Phase::Done => break,
+            Ok(r) => panic!("{r:?}"),
+            Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
     assert_nothing_lost(&env, 2).await;
     scenario.teardown();
 }

@@ -19,6 +19,11 @@ impl Orchestrator {
     /// Runs as coordinator work (see `Orchestrator::exclusive`): its checks
     /// and writes cannot interleave with any other coordinator's.
     pub(super) async fn start(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
+        // Asked again for a switch already started: its status, without
+        // waiting for the lease (its run may hold it for long).
+        if let Some(st) = self.started_to(target).await? {
+            return Ok(st);
+        }
         let what = format!("starting a switch to `{target}`");
         match self.inner.scope.clone() {
             Some(prefix) => {
@@ -27,6 +32,33 @@ impl Orchestrator {
             }
             None => self.exclusive(&what, self.start_cluster_wide(target, origin)).await,
         }
+    }
+
+    /// The status of the switch (or this canary) to `target` when it is
+    /// already started and recorded (read only).
+    async fn started_to(&self, target: &str) -> Result<Option<SwitchStatus>> {
+        let registry = &self.inner.registry;
+        let epoch = match self.scope() {
+            None => match registry.switch_directive().await? {
+                Some(d) if d.target == target => d.epoch,
+                _ => return Ok(None),
+            },
+            Some(prefix) => {
+                let (overrides, _) = registry.prefix_overrides().await?;
+                match overrides.get(prefix) {
+                    Some(o) if o.cluster == target => o.epoch,
+                    _ => return Ok(None),
+                }
+            }
+        };
+        let Some(latest) = self.switch_ids().await?.pop() else {
+            return Ok(None);
+        };
+        let (rec, _) = self.load(&latest).await?;
+        if rec.epoch != epoch {
+            return Ok(None);
+        }
+        Ok(Some(self.status(&latest).await?))
     }
 
     /// A cluster-wide switch's start (holding the coordinator lease).
