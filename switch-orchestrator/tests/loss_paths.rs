@@ -78,7 +78,13 @@ async fn assert_nothing_lost(env: &Env, schemas: usize) {
     }
     for i in 0..schemas {
         for v in 0..3 {
-            let got = env.schemas.get(&schema_id(i), bkswitch_managed_ledger::schema::SchemaVersion(v)).await;
+            let got = env
+                .schemas
+                .get(
+                    &schema_id(i),
+                    bkswitch_managed_ledger::schema::SchemaVersion(v),
+                )
+                .await;
             assert!(got.is_ok(), "schema {} version {v}: {got:?}", schema_id(i));
         }
     }
@@ -107,7 +113,11 @@ async fn a_canary_is_refused_while_a_cluster_wide_switch_is_unfinished() {
         matches!(err, OrchestratorError::SwitchInProgress { .. }),
         "{err}"
     );
-    assert_eq!(metadata(env.store.as_ref()).await, before, "nothing written");
+    assert_eq!(
+        metadata(env.store.as_ref()).await,
+        before,
+        "nothing written"
+    );
     // In CLEANUP (one deletion of several done) as well.
     env.storage.switch_active_cluster(NEW).await.unwrap();
     orch.run(&s.switch_id).await.unwrap();
@@ -127,7 +137,11 @@ async fn a_canary_is_refused_while_a_cluster_wide_switch_is_unfinished() {
         err.to_string().contains(&s.switch_id) && err.to_string().contains("CLEANUP"),
         "{err}"
     );
-    assert_eq!(metadata(env.store.as_ref()).await, before, "nothing written");
+    assert_eq!(
+        metadata(env.store.as_ref()).await,
+        before,
+        "nothing written"
+    );
     scenario.teardown();
 }
 
@@ -148,7 +162,11 @@ async fn an_overlapping_canary_is_refused_while_another_runs() {
         "{err}"
     );
     assert!(err.to_string().contains(CANARY), "{err}");
-    assert_eq!(metadata(env.store.as_ref()).await, before, "nothing written");
+    assert_eq!(
+        metadata(env.store.as_ref()).await,
+        before,
+        "nothing written"
+    );
     scenario.teardown();
 }
 
@@ -190,12 +208,17 @@ async fn a_rolled_back_switchs_cleanup_never_deletes_what_a_canary_adopted() {
     let st = match started {
         Ok(st) => st,
         Err(e) => {
-            assert!(e.is_retryable() || matches!(e, OrchestratorError::SwitchInProgress { .. }),
-                "{e}");
+            assert!(
+                e.is_retryable() || matches!(e, OrchestratorError::SwitchInProgress { .. }),
+                "{e}"
+            );
             canary.start_switch(NEW, None).await.unwrap()
         }
     };
-    assert_eq!(canary.run(&st.switch_id).await.unwrap().phase, Phase::Switched);
+    assert_eq!(
+        canary.run(&st.switch_id).await.unwrap().phase,
+        Phase::Switched
+    );
     assert_nothing_lost(&env, 2).await;
     // The canary's own cleanup deletes the sources only: still nothing lost.
     let r = canary
@@ -203,6 +226,53 @@ async fn a_rolled_back_switchs_cleanup_never_deletes_what_a_canary_adopted() {
         .await
         .unwrap();
     assert_eq!(r.phase, Phase::Done, "{r:?}");
+    assert_nothing_lost(&env, 2).await;
+    scenario.teardown();
+}
+
+/// The same loss without any concurrency: the canary adopted the copies and
+/// stopped before PROMOTE (its node died); the rolled-back switch's cleanup
+/// runs; then the canary is resumed and promotes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_switchs_cleanup_keeps_the_copies_a_canary_built() {
+    let scenario = fail::FailScenario::setup();
+    let (env, _) = schemas_only(2).await;
+    let orch = env.orchestrator();
+    let id = switched(&env, &orch).await;
+    env.advance_old_beyond_new();
+    env.storage.switch_active_cluster(OLD).await.unwrap();
+    assert_eq!(orch.rollback(&id).await.unwrap().phase, Phase::RolledBack);
+    env.advance_beyond(NEW, OLD, 1_000_000).unwrap();
+    let canary = env.orchestrator().for_prefix(CANARY);
+    let st = canary.start_switch(NEW, None).await.unwrap();
+    fail::cfg("orchestrator::schema_cas", "return").unwrap();
+    canary.run(&st.switch_id).await.expect_err("dies before PROMOTE");
+    fail::remove("orchestrator::schema_cas");
+    let built = canary.ledger_records(&st.switch_id).await.unwrap();
+    assert!(
+        !built.is_empty() && built.iter().all(|r| r.state == LedgerState::Built && r.already_present),
+        "{built:?}"
+    );
+    let r = orch
+        .cleanup(&id, CleanupOptions::execute().with_force(true))
+        .await
+        .unwrap();
+    for rec in &built {
+        assert!(
+            env.clusters.get(NEW).unwrap().contains_ledger(rec.ledger_id),
+            "the cleanup of switch {id} deleted ledger {} that the canary built on: {r:?}",
+            rec.ledger_id
+        );
+    }
+    assert_eq!(
+        env.orchestrator()
+            .for_prefix(CANARY)
+            .resume(&st.switch_id)
+            .await
+            .unwrap()
+            .phase,
+        Phase::Switched
+    );
     assert_nothing_lost(&env, 2).await;
     scenario.teardown();
 }
@@ -361,7 +431,10 @@ async fn no_deletion_once_the_metadata_session_was_lost() {
     assert!(err.is_retryable(), "{err}");
     for t in &targets {
         assert!(
-            env.clusters.get(&t.cluster).unwrap().contains_ledger(t.ledger_id),
+            env.clusters
+                .get(&t.cluster)
+                .unwrap()
+                .contains_ledger(t.ledger_id),
             "ledger {} deleted from `{}` after the session was lost",
             t.ledger_id,
             t.cluster
@@ -418,7 +491,12 @@ async fn no_deletion_while_zookeeper_is_gone() {
             std::thread::sleep(Duration::from_secs(3));
             let gone: Vec<i64> = listed
                 .iter()
-                .filter(|t| !clusters.get(&t.cluster).unwrap().contains_ledger(t.ledger_id))
+                .filter(|t| {
+                    !clusters
+                        .get(&t.cluster)
+                        .unwrap()
+                        .contains_ledger(t.ledger_id)
+                })
                 .map(|t| t.ledger_id)
                 .collect();
             let _ = tx.send(gone);
@@ -474,7 +552,11 @@ async fn the_idgen_precheck_requires_the_safety_margin() {
     let before = metadata(env.store.as_ref()).await;
     let err = orch.start_switch(NEW, None).await.expect_err("margin");
     assert!(err.to_string().contains("margin"), "{err}");
-    assert_eq!(metadata(env.store.as_ref()).await, before, "nothing written");
+    assert_eq!(
+        metadata(env.store.as_ref()).await,
+        before,
+        "nothing written"
+    );
     // With the margin, it starts.
     let margin = orch.config().idgen_safety_margin;
     env.advance_beyond(NEW, OLD, margin + 1).unwrap();

@@ -8,13 +8,13 @@ use bkswitch_bk_client::BookKeeperExt;
 
 use super::records::summarize;
 use super::{now_ms, Orchestrator};
-use bkswitch_bk_client::BookKeeper as _;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
     CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, LedgerState, Phase,
     SwitchRecord,
 };
 use crate::scan::scan;
+use bkswitch_bk_client::BookKeeper as _;
 
 /// A copy to delete and the key of its ledger record.
 type Target = (CleanupTarget, String);
@@ -322,7 +322,10 @@ impl Orchestrator {
             ))));
         }
         for (other, id) in others {
-            let Some(theirs) = other.read_ledger_record(id, rec.kind, rec.ledger_id).await? else {
+            let Some(theirs) = other
+                .read_ledger_record(id, rec.kind, rec.ledger_id)
+                .await?
+            else {
                 continue;
             };
             if matches!(theirs.state, LedgerState::Built | LedgerState::Promoted) {
@@ -338,7 +341,7 @@ impl Orchestrator {
         }
         // A source copy goes only once the copy the metadata names is
         // verified on the target.
-        if cluster == sw.source && refs.iter().any(|c| *c == sw.target) {
+        if cluster == sw.source && refs.contains(&sw.target) {
             if let Some(why) = self.unverified_copy(&sw.target, rec).await? {
                 return Ok(Some(Keep::Hold(format!(
                     "`{}` names ledger {} on `{}`, but {why}; the source copy on `{}` is kept \

@@ -30,7 +30,10 @@ impl Orchestrator {
                 self.exclusive(&what, self.start_canary(&prefix, target, origin))
                     .await
             }
-            None => self.exclusive(&what, self.start_cluster_wide(target, origin)).await,
+            None => {
+                self.exclusive(&what, self.start_cluster_wide(target, origin))
+                    .await
+            }
         }
     }
 
@@ -89,9 +92,7 @@ impl Orchestrator {
         // canary, also those whose override a rollback already removed).
         for prefix in self.canary_prefixes().await? {
             if let Some(st) = self.for_prefix(&prefix).current_status().await? {
-                if !st.phase.is_built()
-                    || matches!(st.phase, Phase::RollingBack | Phase::Cleanup)
-                {
+                if !st.phase.is_built() || matches!(st.phase, Phase::RollingBack | Phase::Cleanup) {
                     return Err(OrchestratorError::SwitchInProgress {
                         switch_id: format!("canary {} of `{prefix}`", st.switch_id),
                         target: st.target,
