@@ -246,11 +246,17 @@ async fn a_rolled_back_switchs_cleanup_keeps_the_copies_a_canary_built() {
     let canary = env.orchestrator().for_prefix(CANARY);
     let st = canary.start_switch(NEW, None).await.unwrap();
     fail::cfg("orchestrator::schema_cas", "return").unwrap();
-    canary.run(&st.switch_id).await.expect_err("dies before PROMOTE");
+    canary
+        .run(&st.switch_id)
+        .await
+        .expect_err("dies before PROMOTE");
     fail::remove("orchestrator::schema_cas");
     let built = canary.ledger_records(&st.switch_id).await.unwrap();
     assert!(
-        !built.is_empty() && built.iter().all(|r| r.state == LedgerState::Built && r.already_present),
+        !built.is_empty()
+            && built
+                .iter()
+                .all(|r| r.state == LedgerState::Built && r.already_present),
         "{built:?}"
     );
     let r = orch
@@ -259,7 +265,10 @@ async fn a_rolled_back_switchs_cleanup_keeps_the_copies_a_canary_built() {
         .unwrap();
     for rec in &built {
         assert!(
-            env.clusters.get(NEW).unwrap().contains_ledger(rec.ledger_id),
+            env.clusters
+                .get(NEW)
+                .unwrap()
+                .contains_ledger(rec.ledger_id),
             "the cleanup of switch {id} deleted ledger {} that the canary built on: {r:?}",
             rec.ledger_id
         );
