@@ -359,10 +359,13 @@ impl Orchestrator {
 
     // -------------------------------------------------------------- the lease
 
-    /// `<registry root>/coordinator-lease`: the one exclusion of all
+    /// `<registry root>/orchestrator/coordinator-lease`: the one exclusion of all
     /// coordinator work on the clusters of this registry.
     pub(super) fn work_lease_path(&self) -> String {
-        format!("{}/coordinator-lease", self.inner.registry.root())
+        format!(
+            "{}/orchestrator/coordinator-lease",
+            self.inner.registry.root()
+        )
     }
 
     /// Runs `body` as the only coordinator work on these clusters: one
@@ -379,15 +382,51 @@ impl Orchestrator {
         body: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let _one_at_a_time = self.inner.lock.lock().await;
-        self.acquire_work_lease(what).await?;
-        let mut guard = LeaseGuard {
-            orchestrator: Some(self.clone()),
-            id: None,
+        // The lease's parent (`<root>/orchestrator`) does not exist before
+        // the first switch; creating the lease creates it. A start refused
+        // before anything was recorded must leave the store as it was, so
+        // the parent goes again when it is still empty.
+        let parent = format!("{}/orchestrator", self.inner.registry.root());
+        let fresh = self
+            .inner
+            .store
+            .exists(&parent)
+            .await
+            .map_err(|e| OrchestratorError::metadata(format!("reading `{parent}`"), e))?
+            .is_none();
+        let acquired = self.acquire_work_lease(what).await;
+        let result = match acquired {
+            Ok(()) => {
+                let mut guard = LeaseGuard {
+                    orchestrator: Some(self.clone()),
+                    id: None,
+                };
+                let result = body.await;
+                guard.orchestrator = None;
+                self.release_work_lease().await;
+                result
+            }
+            Err(e) => Err(e),
         };
-        let result = body.await;
-        guard.orchestrator = None;
-        self.release_work_lease().await;
+        if fresh {
+            self.remove_if_empty(&parent).await;
+        }
         result
+    }
+
+    /// Deletes `path` when it has no children (a node given children
+    /// meanwhile is kept: the store refuses to delete it).
+    async fn remove_if_empty(&self, path: &str) {
+        let store = &self.inner.store;
+        if let (Ok(children), Ok(Some(stat))) =
+            (store.children(path).await, store.exists(path).await)
+        {
+            if children.is_empty() {
+                let _ = store
+                    .delete(path, ExpectedVersion::Exactly(stat.version))
+                    .await;
+            }
+        }
     }
 
     /// Runs `body` holding the coordinator lease (see

@@ -91,14 +91,17 @@ impl Orchestrator {
         // would race this switch over the same ledgers (every recorded
         // canary, also those whose override a rollback already removed).
         for prefix in self.canary_prefixes().await? {
-            if let Some(st) = self.for_prefix(&prefix).current_status().await? {
-                if !st.phase.is_built() || matches!(st.phase, Phase::RollingBack | Phase::Cleanup) {
-                    return Err(OrchestratorError::SwitchInProgress {
-                        switch_id: format!("canary {} of `{prefix}`", st.switch_id),
-                        target: st.target,
-                        phase: st.phase.to_string(),
-                    });
-                }
+            let canary = self.for_prefix(&prefix);
+            let Some(id) = canary.switch_ids().await?.pop() else {
+                continue;
+            };
+            let (rec, _) = canary.load(&id).await?;
+            if !rec.phase.is_built() || matches!(rec.phase, Phase::RollingBack | Phase::Cleanup) {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: format!("canary {id} of `{prefix}`"),
+                    target: rec.target,
+                    phase: rec.phase.to_string(),
+                });
             }
         }
         // The directive as validated: the directive write below is a CAS
@@ -317,32 +320,31 @@ impl Orchestrator {
     /// and while such a canary has not.
     async fn refuse_overlapping_work(&self, prefix: &str) -> Result<()> {
         let unfinished = |phase: Phase| !phase.is_final() && phase != Phase::RolledBack;
-        let wide = self.view(None);
-        if let Some(st) = wide.current_status().await? {
-            if unfinished(st.phase) {
-                return Err(OrchestratorError::SwitchInProgress {
-                    switch_id: st.switch_id,
-                    target: st.target,
-                    phase: st.phase.to_string(),
-                });
-            }
-        }
         let overlap = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
         let schemas = super::schema_prefix(prefix);
-        for other in self.canary_prefixes().await? {
-            if other == prefix
-                || !(overlap(&other, prefix) || overlap(&super::schema_prefix(&other), &schemas))
-            {
-                continue;
-            }
-            if let Some(st) = self.for_prefix(&other).current_status().await? {
-                if unfinished(st.phase) {
-                    return Err(OrchestratorError::SwitchInProgress {
-                        switch_id: format!("canary {} of `{other}`", st.switch_id),
-                        target: st.target,
-                        phase: st.phase.to_string(),
-                    });
+        for other in self.coordinators().await? {
+            let name = match other.scope() {
+                None => None,
+                Some(p) if p == prefix => continue,
+                Some(p) if overlap(p, prefix) || overlap(&super::schema_prefix(p), &schemas) => {
+                    Some(p.to_owned())
                 }
+                Some(_) => continue,
+            };
+            // The switch record only: no need for the counts.
+            let Some(id) = other.switch_ids().await?.pop() else {
+                continue;
+            };
+            let (rec, _) = other.load(&id).await?;
+            if unfinished(rec.phase) {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: match name {
+                        Some(p) => format!("canary {id} of `{p}`"),
+                        None => id,
+                    },
+                    target: rec.target,
+                    phase: rec.phase.to_string(),
+                });
             }
         }
         Ok(())
