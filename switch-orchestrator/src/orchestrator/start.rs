@@ -13,6 +13,11 @@ use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Phase, SwitchRecord, SwitchStatus};
 use crate::scan::Pages;
 
+/// How often, and how long each time, a start waits for another
+/// coordinator's lease (about 5 s in all) before answering `Locked`.
+const START_WAITS: usize = 100;
+const START_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl Orchestrator {
     /// [`Orchestrator::start_switch`].
     ///
@@ -25,14 +30,79 @@ impl Orchestrator {
             return Ok(st);
         }
         let what = format!("starting a switch to `{target}`");
-        match self.inner.scope.clone() {
+        let mut waited = 0;
+        loop {
+            let started = match self.inner.scope.clone() {
+                Some(prefix) => {
+                    self.exclusive(&what, self.start_canary(&prefix, target, origin))
+                        .await
+                }
+                None => {
+                    self.exclusive(&what, self.start_cluster_wide(target, origin))
+                        .await
+                }
+            };
+            match started {
+                // Another coordinator works: when it is (or was) a start, the
+                // switch it recorded is what the operator must hear about.
+                // Starts are short: wait for them a little.
+                Err(OrchestratorError::Locked { .. }) if waited < START_WAITS => {
+                    if let Some(st) = self.started_to(target).await? {
+                        return Ok(st);
+                    }
+                    self.refuse_unfinished_work().await?;
+                    waited += 1;
+                    tokio::time::sleep(START_WAIT).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Refuses (read only) when a switch or canary this start would race
+    /// is unfinished: the cluster-wide switch and every canary for a
+    /// cluster-wide start (a directive no record accounts for yet counts);
+    /// for a canary, its own prefix's, the cluster-wide one and the
+    /// overlapping canaries.
+    async fn refuse_unfinished_work(&self) -> Result<()> {
+        let unfinished = |phase: Phase| !phase.is_final() && phase != Phase::RolledBack;
+        match self.scope() {
             Some(prefix) => {
-                self.exclusive(&what, self.start_canary(&prefix, target, origin))
-                    .await
+                if let Some(id) = self.switch_ids().await?.pop() {
+                    let (rec, _) = self.load(&id).await?;
+                    if unfinished(rec.phase) {
+                        return Err(OrchestratorError::SwitchInProgress {
+                            switch_id: id,
+                            target: rec.target,
+                            phase: rec.phase.to_string(),
+                        });
+                    }
+                }
+                self.refuse_overlapping_work(prefix).await
             }
             None => {
-                self.exclusive(&what, self.start_cluster_wide(target, origin))
-                    .await
+                let latest = match self.switch_ids().await?.pop() {
+                    Some(id) => Some(self.load(&id).await?.0),
+                    None => None,
+                };
+                if let Some(rec) = &latest {
+                    if unfinished(rec.phase) {
+                        return Err(OrchestratorError::SwitchInProgress {
+                            switch_id: rec.switch_id.clone(),
+                            target: rec.target.clone(),
+                            phase: rec.phase.to_string(),
+                        });
+                    }
+                }
+                if let Some(d) = self.inner.registry.switch_directive().await? {
+                    let recorded = latest
+                        .as_ref()
+                        .is_some_and(|r| r.epoch >= d.epoch || r.rollback_epoch == Some(d.epoch));
+                    if !recorded {
+                        return Err(starting(&d));
+                    }
+                }
+                Ok(())
             }
         }
     }
