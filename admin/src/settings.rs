@@ -11,6 +11,7 @@
 //! | `bookieClusterConfigPath` | `/admin/bookie-clusters` | the registry root in the metadata store |
 //! | `bookieClusterSwitch.currentClusterName` | (none) | name hint of the initial cluster |
 //! | `bookieClusterSwitchSkipIdgenPrecheck` | `false` | do not refuse a switch or rollback whose idgen precheck fails (lab only) |
+//! | `bookieClusterIdgenSafetyMargin` | `1000` | ledger ids the idgen precheck requires between the source's next id and the target's (nodes keep creating ledgers on the source until they applied a switch) |
 //! | `bookieClusterDualReadTimeoutDays` | `15` | days after SWITCHED when the coordinator runs CLEANUP by itself (0: never) |
 //! | `migrationConcurrency` | `16` | ledgers copied or promoted at once |
 //! | `rollbackWindowHours` | `24` | how long a switch can be rolled back (no cleanup inside it) |
@@ -61,6 +62,11 @@ pub const KEYS: &[(&str, &str, &str)] = &[
         "ledgers copied or promoted at once",
     ),
     (
+        "bookieClusterIdgenSafetyMargin",
+        "1000",
+        "ledger ids the idgen precheck requires between the source's and the target's next ids",
+    ),
+    (
         "rollbackWindowHours",
         "24",
         "how long a switch can be rolled back",
@@ -106,6 +112,9 @@ pub struct ServeSettings {
     pub skip_idgen_precheck: bool,
     /// `bookieClusterDualReadTimeoutDays`, as a duration (`None`: never).
     pub dual_read_timeout: Option<Duration>,
+    /// `bookieClusterIdgenSafetyMargin`: see
+    /// [`OrchestratorConfig::idgen_safety_margin`](bkswitch_switch_orchestrator::OrchestratorConfig::idgen_safety_margin).
+    pub idgen_safety_margin: i64,
     /// `migrationConcurrency`.
     pub migration_concurrency: usize,
     /// `rollbackWindowHours`, as a duration.
@@ -132,6 +141,7 @@ impl Default for ServeSettings {
             cluster_name: None,
             skip_idgen_precheck: false,
             dual_read_timeout: Some(days(15)),
+            idgen_safety_margin: bkswitch_switch_orchestrator::DEFAULT_IDGEN_SAFETY_MARGIN,
             migration_concurrency: 16,
             rollback_window: Duration::from_secs(24 * 3600),
             old_ledger_read_timeout: Duration::from_millis(5000),
@@ -244,6 +254,12 @@ impl ServeSettings {
                     }
                     next.dual_read_timeout = (n > 0).then(|| days(n));
                 }
+                "bookieClusterIdgenSafetyMargin" => {
+                    next.idgen_safety_margin = match value.parse::<i64>() {
+                        Ok(n @ 1..=1_000_000_000_000) => n,
+                        _ => return Err(bad("a whole number of ledger ids, 1 to 1000000000000")),
+                    };
+                }
                 "migrationConcurrency" => {
                     next.migration_concurrency = match value.parse::<usize>() {
                         Ok(n @ 1..=1024) => n,
@@ -316,6 +332,7 @@ bookieClusterConfigPath=/clusters
 bookieClusterSwitch.currentClusterName=blue
 bookieClusterSwitchSkipIdgenPrecheck=true
 bookieClusterDualReadTimeoutDays=2
+bookieClusterIdgenSafetyMargin=50000
 migrationConcurrency = 4
 rollbackWindowHours=1
 oldLedgerReadTimeoutMs=750
@@ -336,6 +353,7 @@ bkswitchForcedRolloverRate=0
                 cluster_name: Some("blue".into()),
                 skip_idgen_precheck: true,
                 dual_read_timeout: Some(days(2)),
+                idgen_safety_margin: 50_000,
                 migration_concurrency: 4,
                 rollback_window: Duration::from_secs(3600),
                 old_ledger_read_timeout: Duration::from_millis(750),

@@ -283,3 +283,51 @@ async fn a_namespace_moves_first_and_back() {
     n1.stop().await;
     n2.stop().await;
 }
+
+/// A canary whose coordinator died in BUILD (here: it wrote the override and
+/// the record, and never ran) is taken over by the elected leader within its
+/// periodic duty interval, and reaches SWITCHED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_takes_over_a_canary_left_in_build() {
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    let clusters = clusters();
+    let mut cfg = bkswitch_admin::testkit::node_config("node-1", zk(&chroot).await, &clusters);
+    cfg.orchestrator = cfg
+        .orchestrator
+        .clone()
+        .with_auto_cleanup(Duration::from_millis(100), 10);
+    let n1 = Node::start(cfg).await.unwrap();
+    n1.register_cluster("new", "memory://new", ClusterStatus::Standby)
+        .await
+        .unwrap();
+    let h = open(&n1, "tenant/canary/persistent/t0").await;
+    let p = h.ledger.append(&b"x"[..]).await.unwrap();
+    h.cursor.mark_delete(p).await.unwrap();
+    n1.schemas()
+        .put("tenant/canary/t0", b"v1", b"h1")
+        .await
+        .unwrap();
+    let dead = n1.orchestrator().for_prefix("tenant/canary/");
+    let st = dead.start_switch("new", Some("node-9")).await.unwrap();
+    assert_eq!(st.phase, Phase::Build);
+    drop(dead);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = n1
+            .orchestrator()
+            .for_prefix("tenant/canary/")
+            .status(&st.switch_id)
+            .await
+            .unwrap();
+        if now.phase == Phase::Switched {
+            assert_eq!(now.counts.failed, 0, "{now:?}");
+            assert!(now.counts.promoted >= 2, "{now:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody took the canary over: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -371,7 +371,7 @@ async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
     assert!(source_next > 0, "{pre:?}");
     let step = advance_ledger_id_generator(
         &new.metadata_service_uri(),
-        source_next + 1_000,
+        source_next + 10_000,
         &ClientConfig::default(),
     )
     .await
@@ -554,7 +554,7 @@ async fn rollback_on_real_bookies_with_the_reverse_idgen_step() {
     let cfg = ClientConfig::default();
     let step = advance_ledger_id_generator(
         &new.metadata_service_uri(),
-        pre.source_next_ledger_id.unwrap() + 1_000,
+        pre.source_next_ledger_id.unwrap() + 10_000,
         &cfg,
     )
     .await
@@ -576,7 +576,7 @@ async fn rollback_on_real_bookies_with_the_reverse_idgen_step() {
     let new_next = bkswitch_bookkeeper::next_ledger_id(&new.metadata_service_uri(), &cfg)
         .await
         .unwrap();
-    let back = advance_ledger_id_generator(&old.metadata_service_uri(), new_next + 1_000, &cfg)
+    let back = advance_ledger_id_generator(&old.metadata_service_uri(), new_next + 10_000, &cfg)
         .await
         .unwrap();
     assert!(back.advanced, "{back:?}");
@@ -670,7 +670,7 @@ async fn a_new_bookie_dies_during_build_and_the_switch_converges() {
     let pre = admin.precheck("new").await.unwrap();
     advance_ledger_id_generator(
         &new.metadata_service_uri(),
-        pre.source_next_ledger_id.unwrap() + 1_000,
+        pre.source_next_ledger_id.unwrap() + 10_000,
         &ClientConfig::default(),
     )
     .await

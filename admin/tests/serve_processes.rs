@@ -188,7 +188,7 @@ async fn register_and_advance(admin: &AdminClient, new_uri: &str) {
         .unwrap();
     let pre = admin.precheck("new").await.unwrap();
     assert!(!pre.ready, "{pre:?}");
-    let above = pre.source_next_ledger_id.unwrap() + 100;
+    let above = pre.source_next_ledger_id.unwrap() + 10_000;
     let out = Command::new(BIN)
         .args([
             "idgen",

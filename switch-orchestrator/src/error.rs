@@ -172,6 +172,25 @@ fn precheck_refusal(r: &PrecheckResult) -> String {
             r.source_cluster_name
         );
     }
+    if let Some(next) = r.source_next_ledger_id {
+        if r.idgen_advanced_beyond_source && r.target_next_ledger_id > next {
+            // Ordered, but too close: the coordinator's safety margin refused it.
+            return format!(
+                "idgen precheck refused the switch from `{}` to `{}`: the target's next ledger \
+                 id {} is only {} id(s) beyond the source's next id {next}, less than the idgen \
+                 safety margin (`idgenSafetyMargin`): nodes keep creating ledgers on the source \
+                 until they applied the switch, and each of those ids must stay below the \
+                 target's; advance `{}`'s ledger id generator beyond {next} plus the margin \
+                 (`bookie-switch idgen --metadata-service-uri <its URI> --advance-beyond <id>`) \
+                 and retry",
+                r.source_cluster_name,
+                r.target_cluster_name,
+                r.target_next_ledger_id,
+                r.target_next_ledger_id - next,
+                r.target_cluster_name
+            );
+        }
+    }
     let beyond = r.source_max_ledger_id.max(r.source_next_ledger_id);
     let step = match beyond {
         Some(id) => format!(

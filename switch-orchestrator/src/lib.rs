@@ -14,7 +14,9 @@ pub use model::{
     CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, LedgerRecord,
     LedgerState, Phase, SwitchRecord, SwitchStatus,
 };
-pub use orchestrator::{CopyStats, Orchestrator, OrchestratorConfig, MAX_FAILURES_LISTED};
+pub use orchestrator::{
+    CopyStats, Orchestrator, OrchestratorConfig, DEFAULT_IDGEN_SAFETY_MARGIN, MAX_FAILURES_LISTED,
+};
 pub use owners::{
     ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics,
     NoOwners, PromoteError, RolloverReport, StaticClients, TopicOwners,
@@ -27,6 +29,7 @@ pub const FAILPOINTS: &[&str] = &[
     "orchestrator::directive",
     "orchestrator::switch_record",
     "orchestrator::copy",
+    "orchestrator::created_record",
     "orchestrator::ledger_record",
     "orchestrator::schema_cas",
     "orchestrator::cursor_promote",

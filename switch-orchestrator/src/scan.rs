@@ -190,7 +190,7 @@ impl Pages {
 }
 
 /// The schema ledgers of the locator at `path`.
-fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
+pub(crate) fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
     let locator = match SchemaLocator::decode(value) {
         Ok(l) => l,
         Err(e) => {
@@ -224,7 +224,7 @@ fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
 
 /// The cursor ledger of the managed-ledger tree node at `path`, if it is a
 /// cursor.
-fn cursor_ledger(path: &str, value: &[u8]) -> Option<Found> {
+pub(crate) fn cursor_ledger(path: &str, value: &[u8]) -> Option<Found> {
     let info = decode_cursor(value)?;
     if info.cursors_ledger_id < 0 {
         return None;

@@ -460,6 +460,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         .orchestrator
         .clone()
         .with_skip_idgen_precheck(s.skip_idgen_precheck)
+        .with_idgen_safety_margin(s.idgen_safety_margin)
         .with_migration_concurrency(s.migration_concurrency)
         .with_rollback_window(s.rollback_window)
         .with_dual_read_timeout(s.dual_read_timeout);

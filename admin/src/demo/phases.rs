@@ -63,10 +63,13 @@ pub(super) async fn request_switch(
     if !pre.ready {
         // The operator's step (I11): the new cluster's generator must hand
         // out ids above every id the old one handed out.
+        // Plus the idgen safety margin: nodes keep creating ledgers on
+        // `old` until they applied the switch.
         let above = pre
             .source_next_ledger_id
             .unwrap_or(0)
-            .max(pre.source_max_ledger_id.unwrap_or(0) + 1);
+            .max(pre.source_max_ledger_id.unwrap_or(0) + 1)
+            + bkswitch_switch_orchestrator::DEFAULT_IDGEN_SAFETY_MARGIN;
         say(&format!(
             "precheck: not ready (new's next ledger id {} <= old's next {:?}); advancing \
              new's ledger id generator beyond {above}, as `bookie-switch idgen \
@@ -273,7 +276,8 @@ pub(super) async fn roll_back(
             // docs/INVARIANTS.md), as an operator does with BookKeeper's
             // tooling.
             say(&format!("rollback refused: {message}"));
-            let above = stack.bookies.next_ledger_id("new").await?;
+            let above = stack.bookies.next_ledger_id("new").await?
+                + bkswitch_switch_orchestrator::DEFAULT_IDGEN_SAFETY_MARGIN;
             let next = stack.bookies.advance_ledger_ids("old", above).await?;
             say(&format!(
                 "advanced old's ledger id generator beyond {above} (next id {next}); rolling \

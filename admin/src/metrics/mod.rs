@@ -246,8 +246,9 @@ pub async fn render(node: &Node) -> String {
     );
     reg.register(
         "migration_ledger_id_conflict",
-        "Copies that found a different ledger under the same id on the target \
-         (PIP-477's migration_ledger_id_conflict_total)",
+        "Copies that found an identical ledger already under the same id on the target \
+         and adopted it (AlreadyPresent; PIP-477's migration_ledger_id_conflict_total); a \
+         different ledger there fails the copy and is not counted",
         ConstCounter::new(bkswitch_ledger_copy::migration_ledger_id_conflict_total()),
     );
 

@@ -118,8 +118,9 @@ pub(super) async fn roll_after_switch(
     }
 }
 
-/// Every `interval`, while this node leads the election, runs one pass of
-/// the automatic cleanup ([`Orchestrator::auto_cleanup`]: after the
+/// Every `interval`, while this node leads the election, takes over the
+/// canaries left unfinished ([`Orchestrator::resume_canaries`]) and runs one
+/// pass of the automatic cleanup ([`Orchestrator::auto_cleanup`]: after the
 /// dual-read timeout, never inside the rollback window).
 pub(super) async fn clean_up_by_itself(
     node: crate::node::WeakNode,
@@ -134,6 +135,18 @@ pub(super) async fn clean_up_by_itself(
         let Some(node) = node.upgrade() else { return };
         if !node.sync().is_leader() {
             continue;
+        }
+        // A canary whose coordinator died (or stopped with this node) is
+        // taken over, as the cluster-wide switch of a dead origin is.
+        match node.orchestrator().resume_canaries().await {
+            Ok(resumed) => {
+                for st in resumed {
+                    tracing::info!(node = %node.node_id(), switch = %st.switch_id,
+                        phase = %st.phase, "canary taken over");
+                }
+            }
+            Err(e) => tracing::warn!(node = %node.node_id(), error = %e,
+                "taking over the unfinished canaries; retried at the next interval"),
         }
         // The cluster-wide switch, then every canary (its old copies).
         let mut coordinators = vec![node.orchestrator().clone()];

@@ -216,11 +216,16 @@ fn refusal(owner: &str, req: &CursorPromoteRequest, e: ClientError) -> PromoteEr
         return e;
     }
     match status {
-        409 => PromoteError::RolledOver {
-            managed_ledger: req.managed_ledger.clone(),
-            cursor: req.cursor_name.clone(),
-            expected: req.expected_cursors_ledger_id,
-            actual: -1,
+        // A 409 that does not say which ledger the cursor records cannot be
+        // taken for "rolled over" (that would record ledger -1 and drop the
+        // copy): the promotion failed, the cursor stays where it is.
+        409 => PromoteError::Other {
+            reason: format!(
+                "owner node {owner} refused to promote cursor `{}` of `{}` (HTTP 409) without \
+                 saying which ledger the cursor records ({message}); the cursor stays on its \
+                 cluster: check the owner runs the same version, then start a new switch",
+                req.cursor_name, req.managed_ledger
+            ),
         },
         404 => PromoteError::NotOwner {
             managed_ledger: req.managed_ledger.clone(),
@@ -229,5 +234,52 @@ fn refusal(owner: &str, req: &CursorPromoteRequest, e: ClientError) -> PromoteEr
         _ => PromoteError::Unavailable {
             reason: format!("owner node {owner}: {message}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> CursorPromoteRequest {
+        CursorPromoteRequest {
+            managed_ledger: "t/ns/persistent/a".into(),
+            cursor_name: "sub".into(),
+            target_cluster_name: "new".into(),
+            expected_cursors_ledger_id: 7,
+            copied_last_entry_id: 3,
+        }
+    }
+
+    fn api(status: u16, details: Option<serde_json::Value>) -> ClientError {
+        ClientError::Api {
+            status,
+            code: "CONFLICT".into(),
+            message: "conflict".into(),
+            field: None,
+            details,
+        }
+    }
+
+    #[test]
+    fn a_409_without_details_is_not_taken_for_a_rollover() {
+        let e = refusal("node-2", &request(), api(409, None));
+        assert!(
+            matches!(&e, PromoteError::Other { reason }
+                if reason.contains("node-2") && reason.contains("`sub`")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_409_with_details_keeps_the_owners_answer() {
+        let sent = PromoteError::RolledOver {
+            managed_ledger: "t/ns/persistent/a".into(),
+            cursor: "sub".into(),
+            expected: 7,
+            actual: 9,
+        };
+        let details = serde_json::to_value(&sent).unwrap();
+        assert_eq!(refusal("node-2", &request(), api(409, Some(details))), sent);
     }
 }

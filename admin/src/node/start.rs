@@ -134,13 +134,13 @@ impl Node {
                 stop.clone(),
             )));
         }
-        if inner.config.orchestrator.dual_read_timeout.is_some() {
-            tasks.push(tokio::spawn(clean_up_by_itself(
-                self.downgrade(),
-                inner.config.orchestrator.auto_cleanup_interval,
-                stop.clone(),
-            )));
-        }
+        // Also without a dual-read timeout (no automatic cleanup then): the
+        // leader takes unfinished canaries over in the same loop.
+        tasks.push(tokio::spawn(clean_up_by_itself(
+            self.downgrade(),
+            inner.config.orchestrator.auto_cleanup_interval,
+            stop.clone(),
+        )));
         if let Some(rate) = inner.config.forced_rollover_rate {
             // After a canary's override changes too: the topics under its
             // prefix move at their next ledger.

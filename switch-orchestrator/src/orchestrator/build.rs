@@ -4,8 +4,9 @@
 //! will route to them.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use bkswitch_bk_client::BookKeeperExt;
+use bkswitch_bk_client::{BkErrorKind, BookKeeper, BookKeeperExt};
 use bkswitch_ledger_copy::{
     copy_ledger_preserving_ids, CopyError, CopyOptions, CopyOutcome, CopyReport,
 };
@@ -43,7 +44,7 @@ impl Orchestrator {
         a.and(b)
     }
 
-    fn copy_options(&self, kind: LedgerKind) -> CopyOptions {
+    pub(super) fn copy_options(&self, kind: LedgerKind) -> CopyOptions {
         let cfg = &self.inner.config;
         let opts = match kind {
             LedgerKind::Schema => {
@@ -73,10 +74,20 @@ impl Orchestrator {
     ) -> Result<std::result::Result<CopyReport, CopyError>> {
         let store = self.inner.store.clone();
         let created_root = self.created_path(&ctx.id);
+        // A crash right after `createLedgerAdv`, before anything else (the
+        // failpoint `orchestrator::created_record`): the copy is abandoned
+        // where it stands, as a dying process leaves it.
+        let crash = Arc::new(tokio::sync::Notify::new());
+        let crashed = crash.clone();
         let opts = self.copy_options(kind).with_on_created(move |id| {
             let store = store.clone();
             let path = format!("{created_root}/{id}");
+            let crashed = crashed.clone();
             Box::pin(async move {
+                if crash_after_create() {
+                    crashed.notify_one();
+                    std::future::pending::<()>().await;
+                }
                 match store.put(&path, b"", ExpectedVersion::NotExists).await {
                     Ok(_) => Ok(()),
                     Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => {
@@ -88,12 +99,30 @@ impl Orchestrator {
         });
         fail_point!("orchestrator::copy");
         let (src, dst) = ctx.clients()?;
-        let mut result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
+        // The intent first: `created/<ledgerId>` is written before
+        // `createLedgerAdv` whenever the target does not hold the id yet, so
+        // a crash between the two leaves a partial ledger this switch knows
+        // it created (and replaces on resume) rather than one it must
+        // never touch.
+        if !self.created_by_this_switch(ctx, ledger_id).await?
+            && !holds_ledger(dst, ledger_id, &opts).await
+        {
+            self.record_created(ctx, ledger_id).await?;
+        }
+        let mut result = tokio::select! {
+            r = copy_ledger_preserving_ids(ledger_id, src, dst, &opts) => r,
+            () = crash.notified() => {
+                return Err(crate::OrchestratorError::Injected {
+                    point: "orchestrator::created_record",
+                })
+            }
+        };
         if matches!(result, Err(CopyError::Mismatch { .. })) {
             if self.created_by_this_switch(ctx, ledger_id).await? {
                 tracing::warn!(ledger_id, cluster = %ctx.target,
                     "replacing a partial copy this switch created on the target");
                 fail_point!("orchestrator::delete_target_copy");
+                self.check_may_delete(&ctx.id).await?;
                 if dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
                     fail_point!("orchestrator::copy");
                     result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
@@ -123,6 +152,25 @@ impl Orchestrator {
             };
         }
         Ok(result)
+    }
+
+    /// Records that this switch creates (is about to create) `ledger_id` on
+    /// the target.
+    async fn record_created(&self, ctx: &Ctx, ledger_id: i64) -> Result<()> {
+        let path = format!("{}/{ledger_id}", self.created_path(&ctx.id));
+        match self
+            .inner
+            .store
+            .put(&path, b"", ExpectedVersion::NotExists)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(crate::OrchestratorError::metadata(
+                format!("recording `{path}`"),
+                e,
+            )),
+        }
     }
 
     /// Whether this switch recorded creating `ledger_id` on the target.
@@ -208,7 +256,14 @@ impl Orchestrator {
         if !rec.target_copy {
             return Ok(());
         }
+        if !self.made_by_this_switch(&ctx.id, rec).await? {
+            tracing::warn!(ledger_id = rec.ledger_id, cluster = %ctx.target,
+                "the target's ledger was not created by this switch (found identical and \
+                 adopted); it is not deleted");
+            return Ok(());
+        }
         fail_point!("orchestrator::delete_target_copy");
+        self.check_may_delete(&ctx.id).await?;
         match ctx
             .clients()?
             .1
@@ -277,5 +332,31 @@ impl Orchestrator {
         };
         let _ = h.close().await;
         Ok(lac)
+    }
+}
+
+/// Whether the failpoint `orchestrator::created_record` is set: a crash right
+/// after the target ledger was created (only with the `failpoints` feature).
+fn crash_after_create() -> bool {
+    fail::fail_point!("orchestrator::created_record", |_| true);
+    false
+}
+
+/// Whether `dst` holds a ledger `ledger_id` (or might: any answer but "no
+/// such ledger" counts as yes, so no intent is recorded for a ledger that
+/// may be someone else's).
+async fn holds_ledger(dst: &dyn BookKeeper, ledger_id: i64, opts: &CopyOptions) -> bool {
+    match dst
+        .open_ledger_no_recovery(ledger_id, opts.digest_type, &opts.password)
+        .await
+    {
+        Ok(h) => {
+            let _ = h.close().await;
+            true
+        }
+        Err(e) => !matches!(
+            e.kind(),
+            BkErrorKind::NoSuchLedger | BkErrorKind::NoSuchLedgerOnMetadataServer
+        ),
     }
 }

@@ -10,9 +10,11 @@ use super::records::summarize;
 use super::{now_ms, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerRecord, LedgerState, Phase, SwitchRecord,
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, LedgerState, Phase,
+    SwitchRecord,
 };
 use crate::scan::scan;
+use bkswitch_bk_client::BookKeeper as _;
 
 /// A copy to delete and the key of its ledger record.
 type Target = (CleanupTarget, String);
@@ -39,7 +41,6 @@ impl Orchestrator {
         switch_id: &str,
         opts: CleanupOptions,
     ) -> Result<CleanupReport> {
-        let _guard = self.inner.lock.lock().await;
         let (sw, _) = self.load(switch_id).await?;
         match sw.phase {
             Phase::Build | Phase::Promote | Phase::RollingBack => {
@@ -101,9 +102,42 @@ impl Orchestrator {
         }
         let mut errors = skipped;
         let mut done = Vec::new();
+        // Skipped because in use: not waited for (as those the pass found
+        // referenced). Held source copies stay remaining.
+        let mut in_use = 0usize;
+        // Other coordinators' switches that may still use a copy. Their
+        // records only change under the coordinator lease this cleanup
+        // holds, so they are read once.
+        let others = self.live_switches_of_others(switch_id).await?;
+        let bootstrap = self.bootstrap_cluster().await?;
         for (t, key) in &selected {
+            let rec = &records[key];
             let client = self.inner.clients.client(&t.cluster).await?;
             fail_point!("orchestrator::cleanup_delete");
+            // Right before the deletion: still the only coordinator, with a
+            // live metadata session; nothing references the ledger on this
+            // cluster; another switch does not use the copy; and a source
+            // copy goes only once the target's copy is verified.
+            self.check_may_delete(switch_id).await?;
+            match self
+                .keep_reason(&sw, rec, &t.cluster, bootstrap.as_deref(), &others)
+                .await?
+            {
+                Some(Keep::Skip(why)) => {
+                    tracing::warn!(switch_id, ledger_id = t.ledger_id, cluster = %t.cluster,
+                        reason = %why, "copy not deleted");
+                    errors.push((t.cluster.clone(), t.ledger_id, why));
+                    in_use += 1;
+                    continue;
+                }
+                Some(Keep::Hold(why)) => {
+                    tracing::error!(switch_id, ledger_id = t.ledger_id, cluster = %t.cluster,
+                        reason = %why, "source copy kept");
+                    errors.push((t.cluster.clone(), t.ledger_id, why));
+                    continue;
+                }
+                None => {}
+            }
             match client.delete_ledger_if_exists(t.ledger_id).await {
                 Ok(_) => {
                     let mut rec = records[key].clone();
@@ -118,7 +152,7 @@ impl Orchestrator {
                 Err(e) => errors.push((t.cluster.clone(), t.ledger_id, e.to_string())),
             }
         }
-        let remaining = all.len() - done.len();
+        let remaining = all.len() - done.len() - in_use;
         let mut phase = Phase::Cleanup;
         if remaining == 0 {
             let records = self.list_ledgers(switch_id).await?;
@@ -174,6 +208,10 @@ impl Orchestrator {
             let Some(cluster) = cleanup_cluster(rec, sw) else {
                 continue;
             };
+            if cluster == sw.target && !self.made_by_this_switch(&sw.switch_id, rec).await? {
+                skipped.push((cluster, rec.ledger_id, not_created(sw, rec.ledger_id)));
+                continue;
+            }
             if referenced.contains(&(cluster.clone(), rec.ledger_id)) {
                 skipped.push((
                     cluster,
@@ -194,6 +232,158 @@ impl Orchestrator {
         }
         Ok((out, skipped))
     }
+}
+
+/// Why a copy listed for deletion is not deleted now.
+enum Keep {
+    /// In use (referenced, or another switch's copy): skipped, not waited for.
+    Skip(String),
+    /// A source copy whose target copy cannot be verified: kept, and the
+    /// cleanup does not finish while it is.
+    Hold(String),
+}
+
+/// Another coordinator's switch that has not finished: its latest switch id.
+type Live = (Orchestrator, String);
+
+impl Orchestrator {
+    /// Whether the target ledger of `rec` is one this switch created: a copy
+    /// it made (`Copied`), or one it found already there (`AlreadyPresent`)
+    /// that its `created/` record shows it created in an earlier attempt.
+    /// Anything else on the target is never deleted by this switch.
+    pub(super) async fn made_by_this_switch(&self, id: &str, rec: &LedgerRecord) -> Result<bool> {
+        if !rec.already_present {
+            return Ok(true);
+        }
+        let path = format!("{}/{}", self.created_path(id), rec.ledger_id);
+        Ok(self.read_node(&path).await?.is_some())
+    }
+
+    /// The latest switch of every other coordinator of this registry (the
+    /// cluster-wide one, each canary) that has not finished.
+    async fn live_switches_of_others(&self, switch_id: &str) -> Result<Vec<Live>> {
+        let mut out = Vec::new();
+        for c in self.coordinators().await? {
+            let Some(id) = c.switch_ids().await?.pop() else {
+                continue;
+            };
+            if c.scope() == self.scope() && id == switch_id {
+                continue;
+            }
+            if !c.load(&id).await?.0.phase.is_final() {
+                out.push((c, id));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The clusters on which the metadata node `owner_path` references
+    /// ledger `ledger_id` now (one read). An unstamped reference with no
+    /// bootstrap cluster recorded counts for every cluster (`"*"`).
+    async fn referenced_on(
+        &self,
+        kind: LedgerKind,
+        owner_path: &str,
+        ledger_id: i64,
+        bootstrap: Option<&str>,
+    ) -> Result<Vec<String>> {
+        let Some(r) = self.read_node(owner_path).await? else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        match kind {
+            LedgerKind::Schema => crate::scan::schema_ledgers(owner_path, &r.value, &mut found),
+            LedgerKind::Cursor => found.extend(crate::scan::cursor_ledger(owner_path, &r.value)),
+        }
+        Ok(found
+            .iter()
+            .filter(|f| f.ledger_id == ledger_id)
+            .map(|f| f.cluster(bootstrap).unwrap_or("*").to_owned())
+            .collect())
+    }
+
+    /// Whether the copy of `rec` on `cluster` must stay now (re-checked right
+    /// before its deletion).
+    async fn keep_reason(
+        &self,
+        sw: &SwitchRecord,
+        rec: &LedgerRecord,
+        cluster: &str,
+        bootstrap: Option<&str>,
+        others: &[Live],
+    ) -> Result<Option<Keep>> {
+        let refs = self
+            .referenced_on(rec.kind, &rec.owner_path, rec.ledger_id, bootstrap)
+            .await?;
+        if refs.iter().any(|c| c == cluster || c == "*") {
+            return Ok(Some(Keep::Skip(format!(
+                "`{}` references ledger {} on `{cluster}` now; not deleted",
+                rec.owner_path, rec.ledger_id
+            ))));
+        }
+        for (other, id) in others {
+            let Some(theirs) = other
+                .read_ledger_record(id, rec.kind, rec.ledger_id)
+                .await?
+            else {
+                continue;
+            };
+            if matches!(theirs.state, LedgerState::Built | LedgerState::Promoted) {
+                let who = match other.scope() {
+                    Some(p) => format!("canary {id} of `{p}`"),
+                    None => format!("switch {id}"),
+                };
+                return Ok(Some(Keep::Skip(format!(
+                    "{who} uses ledger {} (its record is {:?}); not deleted",
+                    rec.ledger_id, theirs.state
+                ))));
+            }
+        }
+        // A source copy goes only once the copy the metadata names is
+        // verified on the target.
+        if cluster == sw.source && refs.contains(&sw.target) {
+            if let Some(why) = self.unverified_copy(&sw.target, rec).await? {
+                return Ok(Some(Keep::Hold(format!(
+                    "`{}` names ledger {} on `{}`, but {why}; the source copy on `{}` is kept \
+                     (copy it back to `{}` with the ledger-copy tool, then clean up again)",
+                    rec.owner_path, rec.ledger_id, sw.target, sw.source, sw.target
+                ))));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Why the copy of `rec` on `cluster` cannot be trusted, if it cannot:
+    /// missing, unreadable, or shorter than what was copied.
+    async fn unverified_copy(&self, cluster: &str, rec: &LedgerRecord) -> Result<Option<String>> {
+        let client = self.inner.clients.client(cluster).await?;
+        let opts = self.copy_options(rec.kind);
+        match client
+            .open_ledger_no_recovery(rec.ledger_id, opts.digest_type, &opts.password)
+            .await
+        {
+            Ok(h) => {
+                let lac = h.last_add_confirmed();
+                let _ = h.close().await;
+                Ok((lac < rec.copied_last_entry_id).then(|| {
+                    format!(
+                        "its copy there ends at entry {lac}, before the copied {}",
+                        rec.copied_last_entry_id
+                    )
+                }))
+            }
+            Err(e) => Ok(Some(format!("its copy there cannot be opened ({e})"))),
+        }
+    }
+}
+
+/// Why cleanup leaves a target ledger this switch did not create.
+fn not_created(sw: &SwitchRecord, ledger_id: i64) -> String {
+    format!(
+        "ledger {ledger_id} on `{}` was already there when switch `{}` copied it (identical, \
+         adopted) and was not created by this switch, so it is never deleted by it",
+        sw.target, sw.switch_id
+    )
 }
 
 /// Which cluster cleanup deletes a record's copy from, if any.

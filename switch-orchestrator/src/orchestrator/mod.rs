@@ -57,6 +57,9 @@ mod rollback;
 mod stage;
 mod start;
 
+/// The default [`OrchestratorConfig::idgen_safety_margin`].
+pub const DEFAULT_IDGEN_SAFETY_MARGIN: i64 = 1_000;
+
 /// At most this many failures are listed in a switch record and a status.
 pub const MAX_FAILURES_LISTED: usize = 100;
 
@@ -80,6 +83,17 @@ pub struct OrchestratorConfig {
     pub max_schema_cas_attempts: usize,
     /// Skip the idgen precheck (lab only, [I11](bkswitch_docs::invariants::I11)).
     pub skip_idgen_precheck: bool,
+    /// Ledger ids the idgen precheck requires between the source's next id
+    /// and the target's (`idgenSafetyMargin`, 1,000): nodes apply a
+    /// directive asynchronously and keep creating ledgers on the source
+    /// until they have, and each of those ids must stay below every id the
+    /// target hands out ([I11](bkswitch_docs::invariants::I11)). Cover the
+    /// ledgers the source creates in the longest time a node takes to apply
+    /// a directive (registry watch delay plus a broker's rollover), with room
+    /// to spare: ids are 64-bit, skipping them costs nothing. The default
+    /// covers about 1,000 ledger creations; raise it on clusters that create
+    /// more in a few seconds.
+    pub idgen_safety_margin: i64,
     /// Entries in flight per copied ledger.
     pub copy_window: usize,
     /// Attempts per cursor owner call that answers "unavailable".
@@ -114,6 +128,7 @@ impl Default for OrchestratorConfig {
             schema_password: schema.password,
             max_schema_cas_attempts: 5,
             skip_idgen_precheck: false,
+            idgen_safety_margin: DEFAULT_IDGEN_SAFETY_MARGIN,
             copy_window: 64,
             promote_attempts: 10,
             promote_retry_delay: Duration::from_millis(200),
@@ -135,6 +150,12 @@ impl OrchestratorConfig {
     /// Sets the copy concurrency (at least 1).
     pub fn with_migration_concurrency(mut self, n: usize) -> Self {
         self.migration_concurrency = n.max(1);
+        self
+    }
+
+    /// Sets the idgen safety margin (at least 1).
+    pub fn with_idgen_safety_margin(mut self, margin: i64) -> Self {
+        self.idgen_safety_margin = margin.max(1);
         self
     }
 
@@ -272,6 +293,13 @@ impl Orchestrator {
     /// flips the clusters' statuses, and its records live under
     /// `<registry root>/canaries/<hex of the prefix>`.
     pub fn for_prefix(&self, prefix: &str) -> Orchestrator {
+        self.view(Some(prefix))
+    }
+
+    /// A coordinator on the same store, registry, clients and settings for
+    /// `scope` (a canary's prefix, or `None`: the cluster-wide switches),
+    /// with an identity of its own.
+    pub(crate) fn view(&self, scope: Option<&str>) -> Orchestrator {
         let shared = &self.inner;
         Orchestrator {
             inner: Arc::new(Inner {
@@ -285,8 +313,62 @@ impl Orchestrator {
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
                 instance: new_instance_id(),
-                scope: Some(prefix.to_owned()),
+                scope: scope.map(str::to_owned),
             }),
+        }
+    }
+
+    /// Every coordinator of this registry: the cluster-wide one, then one
+    /// per recorded canary.
+    pub(crate) async fn coordinators(&self) -> Result<Vec<Orchestrator>> {
+        let mut out = vec![self.view(None)];
+        for prefix in self.canary_prefixes().await? {
+            out.push(self.view(Some(&prefix)));
+        }
+        Ok(out)
+    }
+
+    /// Takes over every canary left in BUILD, PROMOTE or ROLLING_BACK (its
+    /// coordinator died, or this node restarted): resumes it to SWITCHED or
+    /// ROLLED_BACK. A canary whose coordinator still works on it (its lease
+    /// is held) is left to it. The elected leader calls this regularly (as
+    /// it resumes a cluster-wide switch whose origin died);
+    /// [`resume_all`](Self::resume_all) calls it too.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a resumed canary other than
+    /// [`OrchestratorError::Locked`].
+    pub async fn resume_canaries(&self) -> Result<Vec<SwitchStatus>> {
+        let mut out = Vec::new();
+        let mut first_error = None;
+        for prefix in self.canary_prefixes().await? {
+            let canary = self.for_prefix(&prefix);
+            let Some(id) = canary.switch_ids().await?.pop() else {
+                continue;
+            };
+            let (rec, _) = canary.load(&id).await?;
+            if !matches!(
+                rec.phase,
+                Phase::Build | Phase::Promote | Phase::RollingBack
+            ) {
+                continue;
+            }
+            tracing::info!(prefix, switch_id = %id, phase = %rec.phase,
+                "taking over an unfinished canary");
+            match canary.resume(&id).await {
+                Ok(st) => out.push(st),
+                Err(OrchestratorError::Locked { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(prefix, switch_id = %id, error = %e,
+                        "resuming the canary failed; retried later");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out),
         }
     }
 
@@ -461,13 +543,19 @@ impl Orchestrator {
     }
 
     /// Resumes every switch that still needs BUILD/PROMOTE (or a rollback that
-    /// was interrupted); returns their statuses.
+    /// was interrupted), and on the cluster-wide coordinator every canary
+    /// that does ([`resume_canaries`](Self::resume_canaries)); returns their
+    /// statuses.
     ///
     /// # Errors
     ///
     /// The first error of [`run`](Self::run) / [`rollback`](Self::rollback).
     pub async fn resume_all(&self) -> Result<Vec<SwitchStatus>> {
-        self.resume_unfinished().await
+        let mut out = self.resume_unfinished().await?;
+        if self.scope().is_none() {
+            out.extend(self.resume_canaries().await?);
+        }
+        Ok(out)
     }
 
     /// The switch a directive of `epoch` belongs to: the switch it started

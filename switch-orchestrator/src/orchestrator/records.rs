@@ -262,6 +262,26 @@ impl Orchestrator {
         Ok(false)
     }
 
+    /// The record of `kind`-`ledger_id`, if this switch has one.
+    pub(super) async fn read_ledger_record(
+        &self,
+        id: &str,
+        kind: crate::model::LedgerKind,
+        ledger_id: i64,
+    ) -> Result<Option<LedgerRecord>> {
+        let key = crate::model::record_key(kind, ledger_id);
+        let base = self.ledgers_path(id);
+        for path in [
+            format!("{base}/{}/{key}", ledger_id.div_euclid(RECORD_BUCKET)),
+            format!("{base}/{key}"),
+        ] {
+            if let Some(r) = self.read_node(&path).await? {
+                return Ok(Some(decode_json(&path, &r.value)?));
+            }
+        }
+        Ok(None)
+    }
+
     async fn list(&self, path: &str) -> Result<Vec<String>> {
         self.inner
             .store
@@ -339,28 +359,136 @@ impl Orchestrator {
 
     // -------------------------------------------------------------- the lease
 
-    /// Runs `body` holding the switch's lease: an ephemeral node naming this
-    /// coordinator, so that two coordinators never work on one switch at once
-    /// (e.g. a leader whose session expired mid-BUILD and the leader elected
-    /// after it). The lease disappears with the holder's metadata session; it
-    /// is released when `body` returns.
+    /// `<registry root>/orchestrator/coordinator-lease`: the one exclusion of all
+    /// coordinator work on the clusters of this registry.
+    pub(super) fn work_lease_path(&self) -> String {
+        format!(
+            "{}/orchestrator/coordinator-lease",
+            self.inner.registry.root()
+        )
+    }
+
+    /// Runs `body` as the only coordinator work on these clusters: one
+    /// operation of this instance at a time (its mutex, taken before the
+    /// lease, so two operations of one instance never share a lease), and
+    /// the coordinator lease, an ephemeral node naming this instance that
+    /// every coordinator (cluster-wide switch, canary, rollback, cleanup,
+    /// automatic cleanup; any node) must hold. It disappears with the
+    /// holder's metadata session (a crashed node), and is released when
+    /// `body` returns or is dropped.
+    pub(super) async fn exclusive<T>(
+        &self,
+        what: &str,
+        body: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let _one_at_a_time = self.inner.lock.lock().await;
+        // The lease's parent (`<root>/orchestrator`) does not exist before
+        // the first switch; creating the lease creates it. A start refused
+        // before anything was recorded must leave the store as it was, so
+        // the parent goes again when it is still empty.
+        let parent = format!("{}/orchestrator", self.inner.registry.root());
+        let fresh = self
+            .inner
+            .store
+            .exists(&parent)
+            .await
+            .map_err(|e| OrchestratorError::metadata(format!("reading `{parent}`"), e))?
+            .is_none();
+        let acquired = self.acquire_work_lease(what).await;
+        let result = match acquired {
+            Ok(()) => {
+                let mut guard = LeaseGuard {
+                    orchestrator: Some(self.clone()),
+                    id: None,
+                };
+                let result = body.await;
+                guard.orchestrator = None;
+                self.release_work_lease().await;
+                result
+            }
+            Err(e) => Err(e),
+        };
+        if fresh {
+            self.remove_if_empty(&parent).await;
+        }
+        result
+    }
+
+    /// Deletes `path` when it has no children (a node given children
+    /// meanwhile is kept: the store refuses to delete it).
+    async fn remove_if_empty(&self, path: &str) {
+        let store = &self.inner.store;
+        if let (Ok(children), Ok(Some(stat))) =
+            (store.children(path).await, store.exists(path).await)
+        {
+            if children.is_empty() {
+                let _ = store
+                    .delete(path, ExpectedVersion::Exactly(stat.version))
+                    .await;
+            }
+        }
+    }
+
+    /// Runs `body` holding the coordinator lease (see
+    /// [`exclusive`](Self::exclusive)) and the switch's own lease, so that
+    /// two coordinators never work on one switch at once (e.g. a leader
+    /// whose session expired mid-BUILD and the leader elected after it).
     pub(super) async fn leased<T>(
         &self,
         id: &str,
         body: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        self.acquire_lease(id).await?;
-        // Released in the background if this future is dropped mid-way (the
-        // caller was cancelled): otherwise the lease would last as long as the
-        // metadata session.
-        let mut guard = LeaseGuard {
-            orchestrator: Some(self.clone()),
-            id: id.to_owned(),
-        };
-        let result = body.await;
-        guard.orchestrator = None;
-        self.release_lease(id).await;
-        result
+        self.exclusive(&format!("switch `{id}`"), async {
+            self.acquire_lease(id).await?;
+            // Released in the background if this future is dropped mid-way
+            // (the caller was cancelled): otherwise the lease would last as
+            // long as the metadata session.
+            let mut guard = LeaseGuard {
+                orchestrator: Some(self.clone()),
+                id: Some(id.to_owned()),
+            };
+            let result = body.await;
+            guard.orchestrator = None;
+            self.release_lease(id).await;
+            result
+        })
+        .await
+    }
+
+    async fn acquire_work_lease(&self, what: &str) -> Result<()> {
+        let path = self.work_lease_path();
+        let me = self.inner.instance.as_bytes();
+        match self
+            .inner
+            .store
+            .create(&path, me, CreateMode::EPHEMERAL)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => match self.read_node(&path).await? {
+                // Left by an operation of this instance that was dropped
+                // (its release is under way): this instance's mutex is held.
+                Some(r) if r.value == me => Ok(()),
+                Some(r) => Err(OrchestratorError::Locked {
+                    switch_id: what.to_owned(),
+                    holder: format!(
+                        "{} (coordinator lease `{path}`: one coordinator works on these \
+                         clusters at a time)",
+                        String::from_utf8_lossy(&r.value)
+                    ),
+                }),
+                None => Err(OrchestratorError::Locked {
+                    switch_id: what.to_owned(),
+                    holder: "(released meanwhile)".to_owned(),
+                }),
+            },
+            Err(e) => Err(OrchestratorError::metadata(format!("creating `{path}`"), e)),
+        }
+    }
+
+    async fn release_work_lease(&self) {
+        let path = self.work_lease_path();
+        self.release_node(&path).await;
     }
 
     async fn acquire_lease(&self, id: &str) -> Result<()> {
@@ -386,13 +514,17 @@ impl Orchestrator {
     }
 
     async fn release_lease(&self, id: &str) {
-        let path = self.lease_path(id);
-        if let Ok(Some(r)) = self.inner.store.get(&path).await {
+        self.release_node(&self.lease_path(id)).await;
+    }
+
+    /// Deletes a lease node if this instance holds it.
+    async fn release_node(&self, path: &str) {
+        if let Ok(Some(r)) = self.inner.store.get(path).await {
             if r.value == self.inner.instance.as_bytes() {
                 let _ = self
                     .inner
                     .store
-                    .delete(&path, ExpectedVersion::Exactly(r.stat.version))
+                    .delete(path, ExpectedVersion::Exactly(r.stat.version))
                     .await;
             }
         }
@@ -410,12 +542,35 @@ impl Orchestrator {
             )),
         }
     }
+
+    /// Right before every deletion of a ledger: this coordinator still holds
+    /// the switch's lease and the coordinator lease, read now. Both are
+    /// ephemeral nodes of its metadata session, so a session that expired
+    /// since they were taken (or a store it cannot reach) stops the deletion:
+    /// nothing is deleted while the session is lost, and the work resumes on
+    /// the next call once a session is back (as Pulsar pauses on
+    /// `metadataServiceAvailable`).
+    pub(super) async fn check_may_delete(&self, id: &str) -> Result<()> {
+        self.check_lease(id).await?;
+        let path = self.work_lease_path();
+        match self.read_node(&path).await? {
+            Some(r) if r.value == self.inner.instance.as_bytes() => Ok(()),
+            _ => Err(locked(
+                id,
+                format!(
+                    "(none: this coordinator lost `{path}`, its metadata session ended; \
+                     nothing deleted)"
+                ),
+            )),
+        }
+    }
 }
 
-/// Releases a switch lease when a leased operation is dropped before it ends.
+/// Releases the leases of an operation dropped before it ends.
 struct LeaseGuard {
     orchestrator: Option<Orchestrator>,
-    id: String,
+    /// The switch whose lease is held; `None`: the coordinator lease.
+    id: Option<String>,
 }
 
 impl Drop for LeaseGuard {
@@ -424,8 +579,13 @@ impl Drop for LeaseGuard {
             return;
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let id = std::mem::take(&mut self.id);
-            rt.spawn(async move { o.release_lease(&id).await });
+            let id = self.id.take();
+            rt.spawn(async move {
+                match id {
+                    Some(id) => o.release_lease(&id).await,
+                    None => o.release_work_lease().await,
+                }
+            });
         }
     }
 }

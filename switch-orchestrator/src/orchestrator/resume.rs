@@ -39,7 +39,6 @@ impl Orchestrator {
     /// the source holds that no record names yet) then PROMOTE (every BUILT
     /// record), until nothing is left on the source.
     pub(super) async fn run_passes(&self, switch_id: &str) -> Result<SwitchStatus> {
-        let _guard = self.inner.lock.lock().await;
         let (rec, _) = self.load(switch_id).await?;
         match rec.phase {
             Phase::Build | Phase::Promote => {}

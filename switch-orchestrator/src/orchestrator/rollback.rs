@@ -11,7 +11,6 @@ use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase, SwitchStatus};
 impl Orchestrator {
     /// [`Orchestrator::rollback`], holding the lease.
     pub(super) async fn roll_back(&self, switch_id: &str) -> Result<SwitchStatus> {
-        let _guard = self.inner.lock.lock().await;
         let (sw, _) = self.load(switch_id).await?;
         if sw.cleanup_started
             || matches!(
@@ -61,7 +60,8 @@ impl Orchestrator {
                 .inner
                 .registry
                 .precheck(&sw.target, &sw.source, &[], self.inner.idgen.as_ref())
-                .await?;
+                .await
+                .map(|p| self.with_margin(p))?;
             if !check.ready {
                 return Err(OrchestratorError::PrecheckFailed(Box::new(check)));
             }

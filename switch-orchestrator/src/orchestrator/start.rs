@@ -13,13 +13,129 @@ use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Phase, SwitchRecord, SwitchStatus};
 use crate::scan::Pages;
 
+/// How often, and how long each time, a start waits for another
+/// coordinator's lease (about 5 s in all) before answering `Locked`.
+const START_WAITS: usize = 100;
+const START_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl Orchestrator {
     /// [`Orchestrator::start_switch`].
+    ///
+    /// Runs as coordinator work (see `Orchestrator::exclusive`): its checks
+    /// and writes cannot interleave with any other coordinator's.
     pub(super) async fn start(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
-        if let Some(prefix) = self.inner.scope.clone() {
-            return self.start_canary(&prefix, target, origin).await;
+        // Asked again for a switch already started: its status, without
+        // waiting for the lease (its run may hold it for long).
+        if let Some(st) = self.started_to(target).await? {
+            return Ok(st);
         }
-        let _guard = self.inner.lock.lock().await;
+        let what = format!("starting a switch to `{target}`");
+        let mut waited = 0;
+        loop {
+            let started = match self.inner.scope.clone() {
+                Some(prefix) => {
+                    self.exclusive(&what, self.start_canary(&prefix, target, origin))
+                        .await
+                }
+                None => {
+                    self.exclusive(&what, self.start_cluster_wide(target, origin))
+                        .await
+                }
+            };
+            match started {
+                // Another coordinator works: when it is (or was) a start, the
+                // switch it recorded is what the operator must hear about.
+                // Starts are short: wait for them a little.
+                Err(OrchestratorError::Locked { .. }) if waited < START_WAITS => {
+                    if let Some(st) = self.started_to(target).await? {
+                        return Ok(st);
+                    }
+                    self.refuse_unfinished_work().await?;
+                    waited += 1;
+                    tokio::time::sleep(START_WAIT).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Refuses (read only) when a switch or canary this start would race
+    /// is unfinished: the cluster-wide switch and every canary for a
+    /// cluster-wide start (a directive no record accounts for yet counts);
+    /// for a canary, its own prefix's, the cluster-wide one and the
+    /// overlapping canaries.
+    async fn refuse_unfinished_work(&self) -> Result<()> {
+        let unfinished = |phase: Phase| !phase.is_final() && phase != Phase::RolledBack;
+        match self.scope() {
+            Some(prefix) => {
+                if let Some(id) = self.switch_ids().await?.pop() {
+                    let (rec, _) = self.load(&id).await?;
+                    if unfinished(rec.phase) {
+                        return Err(OrchestratorError::SwitchInProgress {
+                            switch_id: id,
+                            target: rec.target,
+                            phase: rec.phase.to_string(),
+                        });
+                    }
+                }
+                self.refuse_overlapping_work(prefix).await
+            }
+            None => {
+                let latest = match self.switch_ids().await?.pop() {
+                    Some(id) => Some(self.load(&id).await?.0),
+                    None => None,
+                };
+                if let Some(rec) = &latest {
+                    if unfinished(rec.phase) {
+                        return Err(OrchestratorError::SwitchInProgress {
+                            switch_id: rec.switch_id.clone(),
+                            target: rec.target.clone(),
+                            phase: rec.phase.to_string(),
+                        });
+                    }
+                }
+                if let Some(d) = self.inner.registry.switch_directive().await? {
+                    let recorded = latest
+                        .as_ref()
+                        .is_some_and(|r| r.epoch >= d.epoch || r.rollback_epoch == Some(d.epoch));
+                    if !recorded {
+                        return Err(starting(&d));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The status of the switch (or this canary) to `target` when it is
+    /// already started and recorded (read only).
+    async fn started_to(&self, target: &str) -> Result<Option<SwitchStatus>> {
+        let registry = &self.inner.registry;
+        let epoch = match self.scope() {
+            None => match registry.switch_directive().await? {
+                Some(d) if d.target == target => d.epoch,
+                _ => return Ok(None),
+            },
+            Some(prefix) => {
+                let (overrides, _) = registry.prefix_overrides().await?;
+                match overrides.get(prefix) {
+                    Some(o) if o.cluster == target => o.epoch,
+                    _ => return Ok(None),
+                }
+            }
+        };
+        let Some(latest) = self.switch_ids().await?.pop() else {
+            return Ok(None);
+        };
+        let (rec, _) = self.load(&latest).await?;
+        if rec.epoch != epoch {
+            return Ok(None);
+        }
+        Ok(Some(self.status(&latest).await?))
+    }
+
+    /// A cluster-wide switch's start (holding the coordinator lease).
+    async fn start_cluster_wide(&self, target: &str, origin: Option<&str>) -> Result<SwitchStatus> {
         let registry = &self.inner.registry;
         let Some(record) = registry.get(target).await? else {
             return Err(OrchestratorError::UnknownCluster {
@@ -41,17 +157,21 @@ impl Orchestrator {
                 prefixes: elsewhere.join(", "),
             });
         }
-        // A canary still copying or promoting would race this switch over
-        // the same ledgers.
-        for prefix in overrides.keys() {
-            if let Some(st) = self.for_prefix(prefix).current_status().await? {
-                if !st.phase.is_built() || st.phase == Phase::RollingBack {
-                    return Err(OrchestratorError::SwitchInProgress {
-                        switch_id: format!("canary {} of `{prefix}`", st.switch_id),
-                        target: st.target,
-                        phase: st.phase.to_string(),
-                    });
-                }
+        // A canary still copying, promoting, rolling back or cleaning up
+        // would race this switch over the same ledgers (every recorded
+        // canary, also those whose override a rollback already removed).
+        for prefix in self.canary_prefixes().await? {
+            let canary = self.for_prefix(&prefix);
+            let Some(id) = canary.switch_ids().await?.pop() else {
+                continue;
+            };
+            let (rec, _) = canary.load(&id).await?;
+            if !rec.phase.is_built() || matches!(rec.phase, Phase::RollingBack | Phase::Cleanup) {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: format!("canary {id} of `{prefix}`"),
+                    target: rec.target,
+                    phase: rec.phase.to_string(),
+                });
             }
         }
         // The directive as validated: the directive write below is a CAS
@@ -185,7 +305,6 @@ impl Orchestrator {
         target: &str,
         origin: Option<&str>,
     ) -> Result<SwitchStatus> {
-        let _guard = self.inner.lock.lock().await;
         let registry = &self.inner.registry;
         bkswitch_registry::validate_prefix(prefix)?;
         let Some(record) = registry.get(target).await? else {
@@ -217,6 +336,7 @@ impl Orchestrator {
                 });
             }
         }
+        self.refuse_overlapping_work(prefix).await?;
         let source = self.active_cluster().await?;
         if source == target {
             return Err(OrchestratorError::AlreadyActive {
@@ -261,6 +381,43 @@ impl Orchestrator {
         self.create_switch(&rec).await?;
         tracing::info!(prefix, switch_id = %rec.switch_id, target, "canary started");
         self.status(&rec.switch_id).await
+    }
+
+    /// A canary of `prefix` works on ledgers a cluster-wide switch, and a
+    /// canary of an overlapping prefix (one a prefix of the other, as
+    /// managed-ledger or as schema prefixes), work on too: refused while
+    /// the cluster-wide switch has not finished (DONE) or been rolled back,
+    /// and while such a canary has not.
+    async fn refuse_overlapping_work(&self, prefix: &str) -> Result<()> {
+        let unfinished = |phase: Phase| !phase.is_final() && phase != Phase::RolledBack;
+        let overlap = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
+        let schemas = super::schema_prefix(prefix);
+        for other in self.coordinators().await? {
+            let name = match other.scope() {
+                None => None,
+                Some(p) if p == prefix => continue,
+                Some(p) if overlap(p, prefix) || overlap(&super::schema_prefix(p), &schemas) => {
+                    Some(p.to_owned())
+                }
+                Some(_) => continue,
+            };
+            // The switch record only: no need for the counts.
+            let Some(id) = other.switch_ids().await?.pop() else {
+                continue;
+            };
+            let (rec, _) = other.load(&id).await?;
+            if unfinished(rec.phase) {
+                return Err(OrchestratorError::SwitchInProgress {
+                    switch_id: match name {
+                        Some(p) => format!("canary {id} of `{p}`"),
+                        None => id,
+                    },
+                    target: rec.target,
+                    phase: rec.phase.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Writes the directive to switch to `target` that follows `seen` (the
@@ -368,7 +525,24 @@ impl Orchestrator {
         kept.extend(max);
         Ok(registry
             .precheck(source, target, &kept, self.inner.idgen.as_ref())
-            .await)
+            .await
+            .map(|p| self.with_margin(p)))
+    }
+
+    /// The registry's precheck made stricter by the idgen safety margin
+    /// ([`OrchestratorConfig::idgen_safety_margin`]): the target's next id
+    /// must be at least the margin beyond the source's next id, since nodes
+    /// keep creating ledgers on the source until they applied the switch.
+    ///
+    /// [`OrchestratorConfig::idgen_safety_margin`]: super::OrchestratorConfig::idgen_safety_margin
+    pub(super) fn with_margin(&self, mut p: PrecheckResult) -> PrecheckResult {
+        let margin = self.inner.config.idgen_safety_margin.max(1);
+        if let Some(next) = p.source_next_ledger_id {
+            if p.target_next_ledger_id.saturating_sub(next) < margin {
+                p.ready = false;
+            }
+        }
+        p
     }
 }
 
