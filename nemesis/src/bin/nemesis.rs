@@ -1,0 +1,117 @@
+//! `nemesis run --histories N --seed S [--stack embedded|real]` and
+//! `nemesis replay --seed S [--keep i,j,…]`.
+
+use std::process::ExitCode;
+
+use bkswitch_nemesis::{plan_of, run_embedded, shrink::shrink};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// A seeded nemesis over the bkswitch stack.
+#[derive(Debug, Parser)]
+#[command(name = "nemesis", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StackKind {
+    /// In-process nodes on in-memory metadata and bookies (deterministic).
+    Embedded,
+    /// `bookie-switch serve` processes on real ZooKeeper and real bookies.
+    Real,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs histories with seeds S, S+1, …, S+N-1 and reports every failure
+    /// with its replay command.
+    Run {
+        /// How many histories.
+        #[arg(long, default_value_t = 100)]
+        histories: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Which stack.
+        #[arg(long, value_enum, default_value_t = StackKind::Embedded)]
+        stack: StackKind,
+        /// Shrink each failing history (embedded only), running at most this
+        /// many histories per failure.
+        #[arg(long, default_value_t = 0)]
+        shrink: usize,
+    },
+    /// Replays one embedded history and prints its trace and violations.
+    Replay {
+        /// The seed.
+        #[arg(long)]
+        seed: u64,
+        /// Only these operations of the seed's plan (a shrunk history).
+        #[arg(long, value_delimiter = ',')]
+        keep: Option<Vec<usize>>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run {
+            histories,
+            seed,
+            stack: StackKind::Embedded,
+            shrink: budget,
+        } => {
+            let totals = bkswitch_nemesis::run_many(seed, histories, |o| {
+                if !o.passed() {
+                    print!("{}", o.report());
+                    if budget > 0 {
+                        let s = shrink(o, budget);
+                        println!(
+                            "  shrunk to {} operations: {}",
+                            s.figures.ops,
+                            s.replay_command()
+                        );
+                    }
+                }
+            });
+            println!("{totals:?}");
+            if totals.failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Command::Run {
+            histories,
+            seed,
+            stack: StackKind::Real,
+            ..
+        } => match bkswitch_nemesis::real::run_real(seed, histories) {
+            Ok(totals) => {
+                println!("{totals:?}");
+                if totals.failed.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                eprintln!("the real stack did not start: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Replay { seed, keep } => {
+            let plan = plan_of(seed, keep.as_deref());
+            let o = run_embedded(&plan);
+            for line in &o.trace {
+                println!("{line}");
+            }
+            print!("{}", o.report());
+            if o.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Seeds of known defects.
