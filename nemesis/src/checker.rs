@@ -50,6 +50,9 @@ pub enum ViolationKind {
     /// same ledgers (an overlapping canary, a cluster-wide switch in
     /// progress or cleaning up).
     TwoCoordinators,
+    /// New data does not go where the registry routes it (a schema version
+    /// of a canary's prefix created on another cluster).
+    Routing,
 }
 
 /// One violation, with a message saying what and where.

@@ -16,7 +16,8 @@ use bkswitch_switch_orchestrator::{Phase, SwitchStatus};
 use serde_json::{json, Value};
 
 use crate::checker::{check, leftovers, ViolationKind, Violations};
-use crate::plan::{Op, Plan, CLUSTERS, PREFIXES};
+use crate::plan::{Op, Plan, CLUSTERS, PREFIXES, SCHEMAS};
+use bkswitch_proto::Stamped;
 use crate::stack::{Answer, Stack};
 use crate::traffic::Traffic;
 
@@ -218,6 +219,9 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
     }
     figures.operator_calls = run.calls;
     run.stack.shutdown().await;
+    // The same finding seen by both passes of a check is reported once.
+    let mut seen = BTreeSet::new();
+    run.violations.0.retain(|v| seen.insert(v.message.clone()));
     for v in &run.violations.0 {
         run.trace.push(format!("violation {v}"));
     }
@@ -281,8 +285,27 @@ impl Run {
             Op::Unregister { node, cluster } => {
                 let name = CLUSTERS[cluster];
                 let before = self.record(name).await;
+                let running = self.in_progress_all().await;
                 let a = self.call(node, Method::DELETE, &format!("/{name}"), None).await;
                 self.check_record_call(&a, "unregister", name, before, false).await;
+                if a.as_ref().is_some_and(Answer::ok) {
+                    for (what, _, st) in running {
+                        let side = st.source == name || st.target == name;
+                        if side && !st.phase.is_final() && st.phase != Phase::RolledBack {
+                            self.violations.push(
+                                ViolationKind::Registry,
+                                format!(
+                                    "unregister {name} answered {} while the {what} ({} -> {}) \
+                                     is in {}: its ledgers are still copied or created there",
+                                    short(&a),
+                                    st.source,
+                                    st.target,
+                                    st.phase
+                                ),
+                            );
+                        }
+                    }
+                }
                 short(&a)
             }
             Op::Precheck { node, cluster } => {
@@ -345,6 +368,9 @@ impl Run {
             }
             Op::Rollback { node } => {
                 let a = self.call(node, Method::POST, "/rollback", Some(json!({}))).await;
+                if std::env::var_os("NEMESIS_DEBUG").is_some() {
+                    eprintln!("rollback answer: {a:?}");
+                }
                 short(&a)
             }
             Op::Cleanup {
@@ -481,7 +507,90 @@ impl Run {
                 tokio::time::sleep(Duration::from_millis(millis)).await;
                 "waited".to_owned()
             }
+            Op::ExpectSettled { millis } => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(millis);
+                loop {
+                    let pending = self.in_progress().await;
+                    if pending.is_empty() {
+                        return "settled".to_owned();
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        for (what, _, st) in pending {
+                            self.violations.push(
+                                ViolationKind::Stuck,
+                                format!(
+                                    "{what} ({} -> {}) is still in {} after {millis} ms",
+                                    st.source, st.target, st.phase
+                                ),
+                            );
+                        }
+                        return "not settled".to_owned();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Op::ExpectRolledBack { millis } => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(millis);
+                loop {
+                    let st = self.latest_switch().await;
+                    if st.as_ref().is_some_and(|s| s.phase == Phase::RolledBack) {
+                        return "rolled back".to_owned();
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        let phase = st.map(|s| s.phase.to_string());
+                        self.violations.push(
+                            ViolationKind::Stuck,
+                            format!(
+                                "the rollback did not converge within {millis} ms: the switch is \
+                                 in {phase:?}"
+                            ),
+                        );
+                        return "not rolled back".to_owned();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Op::ExpectSchemaOn { schema, cluster } => self.expect_schema_on(schema, cluster).await,
         }
+    }
+
+    /// Puts a version of `SCHEMAS[schema]` and checks the cluster its stamp
+    /// names.
+    async fn expect_schema_on(&mut self, schema: usize, cluster: usize) -> String {
+        let (id, want) = (SCHEMAS[schema], CLUSTERS[cluster]);
+        let Some(node) = self.stack.any_node().cloned() else {
+            return "no node".to_owned();
+        };
+        let data = format!("directed version of {id}").into_bytes();
+        let v = match node.schemas().put(id, &data, &data).await {
+            Ok(v) => v,
+            Err(e) => return format!("put failed: {}", first_words(&e.to_string())),
+        };
+        let stamp = match node.schemas().locator(id).await {
+            Ok(Some((l, _))) => std::iter::once(&l.info)
+                .chain(l.index.iter())
+                .find(|e| e.version == v.0)
+                .map(|e| {
+                    e.position
+                        .cluster_stamp()
+                        .ok()
+                        .flatten()
+                        .unwrap_or(CLUSTERS[0])
+                        .to_owned()
+                }),
+            _ => None,
+        };
+        if stamp.as_deref() != Some(want) {
+            self.violations.push(
+                ViolationKind::Routing,
+                format!(
+                    "schema {id} version {} was stored on {stamp:?}, not on {want} where the \
+                     managed ledgers of its topic go",
+                    v.0
+                ),
+            );
+        }
+        format!("stored on {stamp:?}")
     }
 
     /// The registry record of `name`, as JSON text (`None`: not registered).

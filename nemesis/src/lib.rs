@@ -46,6 +46,8 @@ pub struct Totals {
     pub failed: Vec<u64>,
     /// Violations found.
     pub violations: usize,
+    /// Failed histories per violation kind.
+    pub by_kind: std::collections::BTreeMap<String, usize>,
 }
 
 impl Totals {
@@ -59,6 +61,9 @@ impl Totals {
         self.violations += o.violations.0.len();
         if !o.passed() {
             self.failed.push(o.seed);
+        }
+        for k in o.kinds() {
+            *self.by_kind.entry(format!("{k:?}")).or_default() += 1;
         }
     }
 }

@@ -173,6 +173,26 @@ pub enum Op {
         /// How long (virtual time).
         millis: u64,
     },
+    /// Directed plans only: every switch and canary must reach SWITCHED,
+    /// DONE or ROLLED_BACK within `millis`, with the faults still active.
+    ExpectSettled {
+        /// How long to wait (virtual time).
+        millis: u64,
+    },
+    /// Directed plans only: the cluster-wide switch must be ROLLED_BACK
+    /// within `millis`, with the faults still active.
+    ExpectRolledBack {
+        /// How long to wait (virtual time).
+        millis: u64,
+    },
+    /// Directed plans only: a schema version put now under `schema` is
+    /// stored on `cluster` (where the managed ledgers of its topic go).
+    ExpectSchemaOn {
+        /// Index into [`SCHEMAS`].
+        schema: usize,
+        /// Index into [`CLUSTERS`].
+        cluster: usize,
+    },
 }
 
 impl fmt::Display for Op {
@@ -231,6 +251,18 @@ impl fmt::Display for Op {
                 write!(f, "cluster {} slow ({millis} ms)", c(cluster))
             }
             Op::Wait { millis } => write!(f, "wait {millis} ms"),
+            Op::ExpectSettled { millis } => {
+                write!(f, "expect every switch settled within {millis} ms")
+            }
+            Op::ExpectRolledBack { millis } => {
+                write!(f, "expect the switch rolled back within {millis} ms")
+            }
+            Op::ExpectSchemaOn { schema, cluster } => write!(
+                f,
+                "expect a new version of schema {} on {}",
+                SCHEMAS[*schema],
+                c(cluster)
+            ),
         }
     }
 }
