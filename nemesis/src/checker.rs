@@ -122,7 +122,9 @@ pub async fn references(store: &dyn MetadataStore, out: &mut Violations) -> Vec<
         if value.is_empty() {
             continue;
         }
-        let is_ml = TOPICS.iter().any(|t| path == format!("/managed-ledgers/{t}"));
+        let is_ml = TOPICS
+            .iter()
+            .any(|t| path == format!("/managed-ledgers/{t}"));
         if is_ml {
             match decode_managed_ledger_info(&value) {
                 Ok(info) => {
@@ -185,7 +187,10 @@ async fn check_registry(node: &Node, out: &mut Violations) -> BTreeSet<String> {
     let records = match node.registry().list().await {
         Ok(r) => r,
         Err(e) => {
-            out.push(ViolationKind::Registry, format!("the registry does not list: {e}"));
+            out.push(
+                ViolationKind::Registry,
+                format!("the registry does not list: {e}"),
+            );
             return BTreeSet::new();
         }
     };
@@ -198,7 +203,10 @@ async fn check_registry(node: &Node, out: &mut Violations) -> BTreeSet<String> {
     if active.len() != 1 {
         out.push(
             ViolationKind::Registry,
-            format!("{} ACTIVE clusters, expected exactly one: {active:?}", active.len()),
+            format!(
+                "{} ACTIVE clusters, expected exactly one: {active:?}",
+                active.len()
+            ),
         );
     }
     match node.registry().prefix_overrides().await {
@@ -216,7 +224,10 @@ async fn check_registry(node: &Node, out: &mut Violations) -> BTreeSet<String> {
                 }
             }
         }
-        Err(e) => out.push(ViolationKind::Registry, format!("overrides unreadable: {e}")),
+        Err(e) => out.push(
+            ViolationKind::Registry,
+            format!("overrides unreadable: {e}"),
+        ),
     }
     let mut statuses = Vec::new();
     if let Ok(Some(st)) = node.orchestrator().current_status().await {
@@ -248,7 +259,12 @@ async fn check_registry(node: &Node, out: &mut Violations) -> BTreeSet<String> {
 
 /// Every referenced ledger is on the cluster its stamp names, that cluster
 /// is registered, and the ledger reads.
-async fn check_references(stack: &Stack, refs: &[Reference], registered: &BTreeSet<String>, out: &mut Violations) {
+async fn check_references(
+    stack: &Stack,
+    refs: &[Reference],
+    registered: &BTreeSet<String>,
+    out: &mut Violations,
+) {
     for r in refs {
         let held = stack
             .clusters
@@ -453,7 +469,12 @@ pub struct CheckFigures {
 }
 
 /// Runs every data check of item 2 on the healed stack (through `node`).
-pub async fn check(stack: &Stack, node: &Node, model: &Model, out: &mut Violations) -> CheckFigures {
+pub async fn check(
+    stack: &Stack,
+    node: &Node,
+    model: &Model,
+    out: &mut Violations,
+) -> CheckFigures {
     let registered = check_registry(node, out).await;
     let refs = references(&stack.root, out).await;
     check_references(stack, &refs, &registered, out).await;
@@ -474,10 +495,8 @@ pub async fn check(stack: &Stack, node: &Node, model: &Model, out: &mut Violatio
 pub async fn leftovers(stack: &Stack) -> BTreeMap<String, usize> {
     let mut ignore = Violations::default();
     let refs = references(&stack.root, &mut ignore).await;
-    let referenced: BTreeSet<(String, i64)> = refs
-        .into_iter()
-        .map(|r| (r.cluster, r.ledger_id))
-        .collect();
+    let referenced: BTreeSet<(String, i64)> =
+        refs.into_iter().map(|r| (r.cluster, r.ledger_id)).collect();
     CLUSTERS
         .iter()
         .map(|c| {

@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 
 use crate::checker::{check, leftovers, ViolationKind, Violations};
 use crate::plan::{Op, Plan, CLUSTERS, PREFIXES, SCHEMAS};
-use bkswitch_proto::Stamped;
 use crate::stack::{Answer, Stack};
 use crate::traffic::Traffic;
+use bkswitch_proto::Stamped;
 
 /// Counts of one history.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -125,10 +125,7 @@ pub fn run_embedded(plan: &Plan) -> Outcome {
 pub fn plan_of(seed: u64, kept: Option<&[usize]>) -> Plan {
     let mut plan = Plan::generate(seed);
     if let Some(k) = kept {
-        plan.ops = k
-            .iter()
-            .filter_map(|i| plan.ops.get(*i).cloned())
-            .collect();
+        plan.ops = k.iter().filter_map(|i| plan.ops.get(*i).cloned()).collect();
     }
     plan
 }
@@ -168,9 +165,17 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
         .stack
         .slots
         .iter()
-        .map(|s| s.store.recorder.writes().iter().filter(|w| w.injected).count())
+        .map(|s| {
+            s.store
+                .recorder
+                .writes()
+                .iter()
+                .filter(|w| w.injected)
+                .count()
+        })
         .collect();
-    run.trace.push(format!("injected write failures per node: {injected:?}"));
+    run.trace
+        .push(format!("injected write failures per node: {injected:?}"));
 
     // Heal, restart every node, let the switches settle.
     run.stack.heal();
@@ -244,7 +249,13 @@ fn short(a: &Option<Answer>) -> String {
 }
 
 impl Run {
-    async fn call(&mut self, node: usize, method: Method, path: &str, body: Option<Value>) -> Option<Answer> {
+    async fn call(
+        &mut self,
+        node: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Option<Answer> {
         let a = self.stack.call(node, method, path, body).await;
         if let Some(a) = &a {
             self.calls += 1;
@@ -279,15 +290,19 @@ impl Run {
                         Some(json!({ "metadataServiceUri": format!("memory://{name}") })),
                     )
                     .await;
-                self.check_record_call(&a, "register", name, before, true).await;
+                self.check_record_call(&a, "register", name, before, true)
+                    .await;
                 short(&a)
             }
             Op::Unregister { node, cluster } => {
                 let name = CLUSTERS[cluster];
                 let before = self.record(name).await;
                 let running = self.in_progress_all().await;
-                let a = self.call(node, Method::DELETE, &format!("/{name}"), None).await;
-                self.check_record_call(&a, "unregister", name, before, false).await;
+                let a = self
+                    .call(node, Method::DELETE, &format!("/{name}"), None)
+                    .await;
+                self.check_record_call(&a, "unregister", name, before, false)
+                    .await;
                 if a.as_ref().is_some_and(Answer::ok) {
                     for (what, _, st) in running {
                         let side = st.source == name || st.target == name;
@@ -310,7 +325,12 @@ impl Run {
             }
             Op::Precheck { node, cluster } => {
                 let a = self
-                    .call(node, Method::GET, &format!("/precheck/{}", CLUSTERS[cluster]), None)
+                    .call(
+                        node,
+                        Method::GET,
+                        &format!("/precheck/{}", CLUSTERS[cluster]),
+                        None,
+                    )
                     .await;
                 match &a {
                     Some(a) if a.ok() => format!("200 ready={}", a.body["ready"]),
@@ -367,7 +387,9 @@ impl Run {
                 short(&a)
             }
             Op::Rollback { node } => {
-                let a = self.call(node, Method::POST, "/rollback", Some(json!({}))).await;
+                let a = self
+                    .call(node, Method::POST, "/rollback", Some(json!({})))
+                    .await;
                 if std::env::var_os("NEMESIS_DEBUG").is_some() {
                     eprintln!("rollback answer: {a:?}");
                 }
@@ -618,7 +640,10 @@ impl Run {
         if a.ok() && after.is_some() != registers {
             self.violations.push(
                 ViolationKind::OperatorCall,
-                format!("{what} {name} answered {} but the record is {after:?}", a.status),
+                format!(
+                    "{what} {name} answered {} but the record is {after:?}",
+                    a.status
+                ),
             );
         }
         if (400..500).contains(&a.status) && before != after {
@@ -729,7 +754,10 @@ impl Run {
                             )
                             .await
                         }
-                        (_, None) => self.call(0, Method::POST, "/rollback", Some(json!({}))).await,
+                        (_, None) => {
+                            self.call(0, Method::POST, "/rollback", Some(json!({})))
+                                .await
+                        }
                     };
                     self.trace.push(format!(
                         "settle round {round}: {} {} -> {}",
@@ -759,7 +787,10 @@ impl Run {
             let Some(st) = self.latest_switch().await else {
                 return;
             };
-            if !matches!(st.phase, Phase::Switched | Phase::RolledBack | Phase::Cleanup) {
+            if !matches!(
+                st.phase,
+                Phase::Switched | Phase::RolledBack | Phase::Cleanup
+            ) {
                 return;
             }
             let a = self

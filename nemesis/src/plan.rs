@@ -219,7 +219,12 @@ impl fmt::Display for Op {
                 node,
                 prefix,
                 cluster,
-            } => write!(f, "node{node}: set-override `{}` -> {}", p(prefix), c(cluster)),
+            } => write!(
+                f,
+                "node{node}: set-override `{}` -> {}",
+                p(prefix),
+                c(cluster)
+            ),
             Op::RemoveOverride { node, prefix } => {
                 write!(f, "node{node}: remove-override `{}`", p(prefix))
             }
@@ -228,7 +233,10 @@ impl fmt::Display for Op {
             Op::Duplicate { node } => write!(f, "start a duplicate of node{node}"),
             Op::ExpireSession { node } => write!(f, "expire the session of node{node}"),
             Op::LoseConnection { node, millis } => {
-                write!(f, "node{node} loses its metadata connection for {millis} ms")
+                write!(
+                    f,
+                    "node{node} loses its metadata connection for {millis} ms"
+                )
             }
             Op::Ambiguous {
                 node,
@@ -338,7 +346,10 @@ impl Plan {
         // cluster, advance its generator, switch. The rest start anywhere.
         if rng.u8(0..4) != 0 {
             let target = rng.usize(1..3);
-            ops.push(Op::Register { node: 0, cluster: target });
+            ops.push(Op::Register {
+                node: 0,
+                cluster: target,
+            });
             ops.push(Op::AdvanceIdgen {
                 cluster: target,
                 margin: 1_000,

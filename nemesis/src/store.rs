@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bkswitch_managed_ledger::testkit::{InjectedFailure, RecordingStore};
-use parking_lot::Mutex;
 use bkswitch_metadata_store::{
     CreateMode, ExpectedVersion, GetResult, MemoryStore, MetadataError, MetadataStore, Operation,
     Result, Stat, WatchStream,
 };
+use parking_lot::Mutex;
 
 /// A [`MetadataStore`] wrapper that can lose its connection: while it is
 /// [down](Gate::set_down) every call fails at once with the retryable

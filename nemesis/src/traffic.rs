@@ -135,10 +135,8 @@ async fn run(directory: Directory, stop: Arc<AtomicBool>, model: Arc<Mutex<Model
                             {
                                 Ok(Ok(())) => {
                                     let mut m = model.lock();
-                                    let md = m
-                                        .mark_deleted
-                                        .entry((*topic).to_owned())
-                                        .or_insert(pos);
+                                    let md =
+                                        m.mark_deleted.entry((*topic).to_owned()).or_insert(pos);
                                     if pos > *md {
                                         *md = pos;
                                     }
@@ -161,8 +159,7 @@ async fn run(directory: Directory, stop: Arc<AtomicBool>, model: Arc<Mutex<Model
                 // fenced or hold a stale view.
                 if let Some(h) = handles[k].take() {
                     if let Some(Some((node, _))) = nodes.get(h.slot) {
-                        let _ =
-                            tokio::time::timeout(CALL_TIMEOUT, node.unload_topic(topic)).await;
+                        let _ = tokio::time::timeout(CALL_TIMEOUT, node.unload_topic(topic)).await;
                     }
                 }
             }
@@ -171,8 +168,7 @@ async fn run(directory: Directory, stop: Arc<AtomicBool>, model: Arc<Mutex<Model
             let id = SCHEMAS[(round / 3) as usize % SCHEMAS.len()];
             let data = format!("schema of {id} at round {round}").into_bytes();
             if let Some((node, _)) = nodes.iter().flatten().nth(round as usize % 2) {
-                match tokio::time::timeout(CALL_TIMEOUT, node.schemas().put(id, &data, &data))
-                    .await
+                match tokio::time::timeout(CALL_TIMEOUT, node.schemas().put(id, &data, &data)).await
                 {
                     Ok(Ok(v)) => model.lock().schemas.push((id.to_owned(), v.0, data)),
                     _ => model.lock().fail("schema put"),

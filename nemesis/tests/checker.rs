@@ -35,11 +35,18 @@ fn a_healthy_history_passes_and_a_deleted_ledger_or_lost_message_is_reported() {
         let last = *lying.acked[&topic].last().unwrap();
         let mut pos = last.0;
         pos.entry_id += 1_000;
-        lying.acked.get_mut(&topic).unwrap().push((pos, last.1 + 1_000));
+        lying
+            .acked
+            .get_mut(&topic)
+            .unwrap()
+            .push((pos, last.1 + 1_000));
         let mut found = Violations::default();
         check(&stack, &node, &lying, &mut found).await;
         assert!(
-            found.0.iter().any(|v| v.kind == ViolationKind::MessageLost && v.message.contains(&topic)),
+            found
+                .0
+                .iter()
+                .any(|v| v.kind == ViolationKind::MessageLost && v.message.contains(&topic)),
             "{:?}",
             found.0
         );
@@ -56,11 +63,18 @@ fn a_healthy_history_passes_and_a_deleted_ledger_or_lost_message_is_reported() {
         check(&stack, &node, &model, &mut found).await;
         let missing = format!("ledger {} referenced by {}", r.ledger_id, r.path);
         assert!(
-            found.0.iter().any(|v| v.kind == ViolationKind::LedgerMissing && v.message.contains(&missing)),
+            found
+                .0
+                .iter()
+                .any(|v| v.kind == ViolationKind::LedgerMissing && v.message.contains(&missing)),
             "{:?}",
             found.0
         );
-        assert!(found.0.iter().any(|v| v.kind == ViolationKind::SchemaLost), "{:?}", found.0);
+        assert!(
+            found.0.iter().any(|v| v.kind == ViolationKind::SchemaLost),
+            "{:?}",
+            found.0
+        );
         stack.shutdown().await;
     });
 }

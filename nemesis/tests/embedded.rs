@@ -26,7 +26,10 @@ fn the_same_seed_replays_the_same_history() {
         let b = run_embedded(&plan);
         assert!(a.trace.len() > plan.ops.len(), "seed {seed}: {:?}", a.trace);
         assert_eq!(a.trace, b.trace, "seed {seed} gave two different traces");
-        assert_eq!(a.figures, b.figures, "seed {seed} gave two different counts");
+        assert_eq!(
+            a.figures, b.figures,
+            "seed {seed} gave two different counts"
+        );
     }
 }
 
@@ -61,7 +64,13 @@ fn regression_seeds_pass() {
     for r in REGRESSION_SEEDS {
         let o = run_embedded(&Plan::generate(r.seed));
         if !o.passed() {
-            failed.push(format!("defect {} (seed {}): {}\n{}", r.defect, r.seed, r.failure, o.report()));
+            failed.push(format!(
+                "defect {} (seed {}): {}\n{}",
+                r.defect,
+                r.seed,
+                r.failure,
+                o.report()
+            ));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));

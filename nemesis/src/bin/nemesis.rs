@@ -61,7 +61,14 @@ fn main() -> ExitCode {
             stack: StackKind::Embedded,
             shrink: budget,
         } => {
+            let mut done = 0u64;
+            let mut failed = 0u64;
             let totals = bkswitch_nemesis::run_many(seed, histories, |o| {
+                done += 1;
+                failed += u64::from(!o.passed());
+                if done % 100 == 0 {
+                    eprintln!("progress: {done} histories, {failed} failed");
+                }
                 if !o.passed() {
                     print!("{}", o.report());
                     if budget > 0 {
