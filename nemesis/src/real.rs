@@ -270,11 +270,18 @@ pub fn run_real(first: u64, count: u64) -> Result<Totals, String> {
     let mut totals = Totals::default();
     for seed in first..first + count {
         let outcome = rt.block_on(run_one(seed, &bin, &old, &new))?;
-        if !outcome.passed() {
-            print!("{}", outcome.report());
-            for l in &outcome.trace {
-                println!("    {l}");
-            }
+        // Real histories are few and not replayable: every trace is printed.
+        println!(
+            "real history seed {seed} {}: {} violation(s); run it again with: cargo run -p \
+             bkswitch-nemesis --bin nemesis -- run --stack real --histories 1 --seed {seed}",
+            if outcome.passed() { "passed" } else { "FAILED" },
+            outcome.violations.0.len()
+        );
+        for v in &outcome.violations.0 {
+            println!("  - {v}");
+        }
+        for l in &outcome.trace {
+            println!("    {l}");
         }
         totals.add(&outcome);
     }
