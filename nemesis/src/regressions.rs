@@ -38,10 +38,11 @@ pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
     },
     RegressionSeed {
         seed: 120,
-        defect: "5.2/5.6",
-        failure: "ambiguous cursor writes with the connection lost on the owner of a canary's \
-                  topic: the cursor comes back behind its acknowledged mark-delete \
-                  (CursorBehind)",
+        defect: "5.6",
+        failure: "ambiguous cursor writes with the connection lost on the node that owns \
+                  `t/ns2/persistent/c` and coordinates the canary of `t/ns2/`: the canary stays \
+                  in PROMOTE for ever (Stuck) and the cursor comes back behind its acknowledged \
+                  mark-delete (CursorBehind); shrunk to 4 operations (`--keep 0,1,2,6`)",
     },
     RegressionSeed {
         seed: 13,
@@ -267,6 +268,32 @@ pub const DIRECTED: &[Directed] = &[
                     schema: 0,
                     cluster: NEW,
                 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "ambiguous_cursor_write_in_a_canary_promote",
+        defect: "5.6",
+        failure: "the node that owns `t/ns2/persistent/c` and coordinates the canary of `t/ns2/` \
+                  gets its cursor writes applied then loses its connection (seed 120 shrunk, \
+                  timings of a directed plan): the canary stays in PROMOTE for ever (Stuck), and \
+                  the cursor's new ledger is deleted while its metadata names it (5.2)",
+        ops: || {
+            let mut ops = canary_setup(THIRD);
+            ops.extend([
+                Op::Ambiguous {
+                    node: 2,
+                    kind: WriteKind::Cursor,
+                    count: 3,
+                    outage_ms: 1_819,
+                },
+                Op::SetOverride {
+                    node: 2,
+                    prefix: 4,
+                    cluster: THIRD,
+                },
+                Op::Wait { millis: 3_000 },
             ]);
             ops
         },

@@ -102,6 +102,7 @@ fn every_directed_history_has_a_test() {
             "rollback_with_the_target_dead",
             "canary_routes_schema_creation",
             "misaligned_canary_prefix_scopes_schemas_like_ledgers",
+            "ambiguous_cursor_write_in_a_canary_promote",
             "duplicate_node_id",
         ]
     );
@@ -140,6 +141,11 @@ fn directed_5_7_canary_routes_schema_creation() {
 #[test]
 fn directed_5_7_misaligned_canary_prefix_scopes_schemas_like_ledgers() {
     directed_passes("misaligned_canary_prefix_scopes_schemas_like_ledgers");
+}
+
+#[test]
+fn directed_5_6_ambiguous_cursor_write_in_a_canary_promote() {
+    directed_passes("ambiguous_cursor_write_in_a_canary_promote");
 }
 
 #[test]

@@ -109,7 +109,8 @@ fn main() -> ExitCode {
         },
         Command::Replay { seed, keep } => {
             let plan = plan_of(seed, keep.as_deref());
-            let o = run_embedded(&plan);
+            let mut o = run_embedded(&plan);
+            o.kept = keep;
             for line in &o.trace {
                 println!("{line}");
             }
