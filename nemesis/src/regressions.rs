@@ -57,6 +57,19 @@ pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
                   is in BUILD (TwoCoordinators); also 5.2",
     },
     RegressionSeed {
+        seed: 100_695,
+        defect: "5.1",
+        failure: "the canary of `t/ns1/pers` starts while the cluster-wide switch old -> new is \
+                  in CLEANUP (TwoCoordinators); also 5.2 and 5.12 (long run)",
+    },
+    RegressionSeed {
+        seed: 100_754,
+        defect: "5.3",
+        failure: "`DELETE /third` answers 204 while the canary of `t/ns1/persistent/` to `third` \
+                  is SWITCHED: the override and the canary name an unregistered cluster (long \
+                  run)",
+    },
+    RegressionSeed {
         seed: 11,
         defect: "5.12",
         failure: "a second node-2 starts while node-2 runs (DuplicateNode)",
