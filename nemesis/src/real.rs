@@ -477,7 +477,7 @@ async fn run_one(
             continue;
         };
         p.terminate();
-        let _ = p.wait_timeout(Duration::from_secs(30));
+        let stopped = p.wait_timeout(Duration::from_secs(60));
         p.close();
         let log = std::fs::read_to_string(&s.nodes[i].log).unwrap_or_default();
         match log.lines().rev().find(|l| l.starts_with("traffic: ")) {
@@ -495,10 +495,16 @@ async fn run_one(
                 }
                 s.trace.push(format!("node-{i} {line}"));
             }
-            None => s.violations.push(
-                ViolationKind::Stuck,
-                format!("node-{i} did not report its traffic on SIGTERM"),
-            ),
+            None => {
+                let tail: Vec<&str> = log.lines().rev().take(6).collect();
+                s.violations.push(
+                    ViolationKind::Stuck,
+                    format!(
+                        "node-{i} did not report its traffic on SIGTERM (exit: {stopped:?}); its \
+                         log ends: {tail:?}"
+                    ),
+                );
+            }
         }
     }
 

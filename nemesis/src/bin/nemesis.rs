@@ -41,6 +41,16 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         shrink: usize,
     },
+    /// Prints how many operations and faults the plans of seeds S..S+N-1
+    /// hold, without running them (for reporting a run that was cut short).
+    Plans {
+        /// How many histories.
+        #[arg(long)]
+        histories: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Replays one embedded history and prints its trace and violations.
     Replay {
         /// The seed.
@@ -107,6 +117,16 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Plans { histories, seed } => {
+            let (mut ops, mut faults) = (0, 0);
+            for s in seed..seed + histories {
+                let p = bkswitch_nemesis::Plan::generate(s);
+                ops += p.ops.len();
+                faults += p.faults();
+            }
+            println!("{histories} plans from seed {seed}: {ops} operations, {faults} faults");
+            ExitCode::SUCCESS
+        }
         Command::Replay { seed, keep } => {
             let plan = plan_of(seed, keep.as_deref());
             let mut o = run_embedded(&plan);
