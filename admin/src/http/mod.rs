@@ -55,7 +55,12 @@ pub(crate) fn serve(
 }
 
 /// The axum router of a node: public and internal endpoints, with auth.
-fn router(node: &Node) -> Router {
+///
+/// What the node's REST server serves; tests and the nemesis call it in
+/// process as a tower service (`oneshot`), without a socket. It holds the
+/// node through a [`WeakNode`](crate::node::WeakNode): once every [`Node`]
+/// handle is gone it answers 503.
+pub fn router(node: &Node) -> Router {
     let p = |suffix: &str| format!("{BASE_PATH}{suffix}");
     let config = node.config();
     let public = Router::new()

@@ -1,0 +1,822 @@
+//! Running a [`Plan`] on the embedded stack: the operations in order while
+//! traffic runs, then healing, restarting every node, settling the switches,
+//! the [checker](crate::checker), a final cleanup and the checker again.
+//!
+//! Every history runs on its own current-thread Tokio runtime with paused
+//! time: nothing runs in parallel, every sleep and timeout is virtual (the
+//! runtime jumps to the next timer when all tasks wait), and every random
+//! choice comes from the seed, so a seed replays the same history.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use axum::http::Method;
+use bkswitch_bk_client::UnavailableMode;
+use bkswitch_switch_orchestrator::{Phase, SwitchStatus};
+use serde_json::{json, Value};
+
+use crate::checker::{check, leftovers, ViolationKind, Violations};
+use crate::plan::{Op, Plan, CLUSTERS, PREFIXES, SCHEMAS};
+use crate::stack::{Answer, Stack};
+use crate::traffic::Traffic;
+use bkswitch_proto::Stamped;
+
+/// Counts of one history.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Figures {
+    /// Operations run.
+    pub ops: usize,
+    /// Faults injected.
+    pub faults: usize,
+    /// Operator calls through the REST API (settling and the final cleanup
+    /// included).
+    pub operator_calls: usize,
+    /// Acknowledged publishes.
+    pub published: usize,
+    /// Acknowledged schema versions.
+    pub schema_versions: usize,
+    /// Messages read back more than once (not a violation).
+    pub duplicates: u64,
+    /// Ledgers the metadata references at the end.
+    pub references: usize,
+    /// Ledgers no metadata references after the final cleanup, by cluster
+    /// (not a violation; reported).
+    pub leftovers: BTreeMap<String, usize>,
+}
+
+/// What a history did and found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Which operations of the seed's plan ran (all, unless shrunk).
+    pub kept: Option<Vec<usize>>,
+    /// One line per operation and per step of the end phase: what ran and
+    /// what it answered (status codes and error codes, no timestamps or ids).
+    pub trace: Vec<String>,
+    /// What the checker found.
+    pub violations: Violations,
+    /// Counts.
+    pub figures: Figures,
+}
+
+impl Outcome {
+    /// Whether the history passed (zero violations).
+    pub fn passed(&self) -> bool {
+        self.violations.0.is_empty()
+    }
+
+    /// The kinds of violation found.
+    pub fn kinds(&self) -> BTreeSet<ViolationKind> {
+        self.violations.0.iter().map(|v| v.kind).collect()
+    }
+
+    /// The one-line command that replays this history.
+    pub fn replay_command(&self) -> String {
+        replay_command(self.seed, self.kept.as_deref())
+    }
+
+    /// A report: the seed, the replay command, every violation.
+    pub fn report(&self) -> String {
+        let mut s = format!(
+            "history seed {} {}: {} violation(s)\n  replay: {}\n",
+            self.seed,
+            if self.passed() { "passed" } else { "FAILED" },
+            self.violations.0.len(),
+            self.replay_command()
+        );
+        for v in &self.violations.0 {
+            s.push_str(&format!("  - {v}\n"));
+        }
+        s
+    }
+}
+
+/// The one-line command that replays `seed` (only the operations `kept`,
+/// when shrunk).
+pub fn replay_command(seed: u64, kept: Option<&[usize]>) -> String {
+    let mut cmd = format!("cargo run -p bkswitch-nemesis --bin nemesis -- replay --seed {seed}");
+    if let Some(k) = kept {
+        let list: Vec<String> = k.iter().map(usize::to_string).collect();
+        cmd.push_str(&format!(" --keep {}", list.join(",")));
+    }
+    cmd
+}
+
+/// Runs `plan` on a fresh embedded stack, on a current-thread runtime with
+/// paused time.
+///
+/// # Panics
+///
+/// When the runtime cannot be built.
+pub fn run_embedded(plan: &Plan) -> Outcome {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => panic!("cannot build a runtime: {e}"),
+    };
+    rt.block_on(run_plan(plan))
+}
+
+/// The plan of `seed` restricted to the operations `kept` (all when `None`).
+pub fn plan_of(seed: u64, kept: Option<&[usize]>) -> Plan {
+    let mut plan = Plan::generate(seed);
+    if let Some(k) = kept {
+        plan.ops = k.iter().filter_map(|i| plan.ops.get(*i).cloned()).collect();
+    }
+    plan
+}
+
+struct Run {
+    stack: Stack,
+    trace: Vec<String>,
+    violations: Violations,
+    calls: usize,
+}
+
+/// Runs `plan` on a fresh embedded stack in the current runtime.
+pub async fn run_plan(plan: &Plan) -> Outcome {
+    let stack = Stack::start(plan.settings.clone()).await;
+    let mut run = Run {
+        stack,
+        trace: vec![format!("settings {:?}", plan.settings)],
+        violations: Violations::default(),
+        calls: 0,
+    };
+    let traffic = Traffic::start(run.stack.directory.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, op) in plan.ops.iter().enumerate() {
+        let result = run.op(op).await;
+        run.trace.push(format!("#{i} {op} -> {result}"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let model = traffic.stop().await;
+    run.trace.push(format!(
+        "traffic: {} published, {} schema versions, failures {:?}",
+        model.published(),
+        model.schemas.len(),
+        model.failures
+    ));
+
+    let injected: Vec<usize> = run
+        .stack
+        .slots
+        .iter()
+        .map(|s| {
+            s.store
+                .recorder
+                .writes()
+                .iter()
+                .filter(|w| w.injected)
+                .count()
+        })
+        .collect();
+    run.trace
+        .push(format!("injected write failures per node: {injected:?}"));
+
+    // Heal, restart every node, let the switches settle.
+    run.stack.heal();
+    for n in std::mem::take(&mut run.stack.duplicates) {
+        let _ = tokio::time::timeout(Duration::from_secs(60), n.stop()).await;
+    }
+    for i in 0..run.stack.slots.len() {
+        run.stack.stop_node(i).await;
+        if let Err(e) = run.stack.start_node(i).await {
+            run.violations.push(
+                ViolationKind::Stuck,
+                format!("node-{i} does not start after every fault healed: {e}"),
+            );
+        }
+    }
+    run.settle().await;
+
+    let mut figures = Figures {
+        ops: plan.ops.len(),
+        faults: plan.faults(),
+        published: model.published(),
+        schema_versions: model.schemas.len(),
+        ..Figures::default()
+    };
+    if let Some(node) = run.stack.any_node().cloned() {
+        let mut found = Violations::default();
+        let f = check(&run.stack, &node, &model, &mut found).await;
+        figures.duplicates = f.duplicates;
+        for v in found.0 {
+            run.violations
+                .push(v.kind, format!("after healing: {}", v.message));
+        }
+        run.final_cleanup().await;
+        let mut found = Violations::default();
+        let f = check(&run.stack, &node, &model, &mut found).await;
+        figures.references = f.references;
+        for v in found.0 {
+            run.violations
+                .push(v.kind, format!("after the final cleanup: {}", v.message));
+        }
+        figures.leftovers = leftovers(&run.stack).await;
+        run.trace.push(format!("leftovers {:?}", figures.leftovers));
+    } else {
+        run.violations
+            .push(ViolationKind::Stuck, "no node runs after healing");
+    }
+    figures.operator_calls = run.calls;
+    run.stack.shutdown().await;
+    // The same finding seen by both passes of a check is reported once.
+    let mut seen = BTreeSet::new();
+    run.violations.0.retain(|v| seen.insert(v.message.clone()));
+    for v in &run.violations.0 {
+        run.trace.push(format!("violation {v}"));
+    }
+    Outcome {
+        seed: plan.seed,
+        kept: None,
+        trace: run.trace,
+        violations: run.violations,
+        figures,
+    }
+}
+
+/// Text of an answer for the trace.
+fn short(a: &Option<Answer>) -> String {
+    match a {
+        None => "node down".to_owned(),
+        Some(a) if a.ok() => format!("{}", a.status),
+        Some(a) => format!("{} {}", a.status, a.code()),
+    }
+}
+
+impl Run {
+    async fn call(
+        &mut self,
+        node: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Option<Answer> {
+        let a = self.stack.call(node, method, path, body).await;
+        if let Some(a) = &a {
+            self.calls += 1;
+            if a.status == 0 {
+                self.violations.push(
+                    ViolationKind::OperatorCall,
+                    format!("{path} on node-{node} gave no answer: {}", a.body),
+                );
+            } else if !a.ok() && (a.message().is_empty() || a.code().is_empty()) {
+                self.violations.push(
+                    ViolationKind::OperatorCall,
+                    format!(
+                        "{path} on node-{node} answered {} without a clear error body: {}",
+                        a.status, a.body
+                    ),
+                );
+            }
+        }
+        a
+    }
+
+    async fn op(&mut self, op: &Op) -> String {
+        match *op {
+            Op::Register { node, cluster } => {
+                let name = CLUSTERS[cluster];
+                let before = self.record(name).await;
+                let a = self
+                    .call(
+                        node,
+                        Method::POST,
+                        &format!("/{name}"),
+                        Some(json!({ "metadataServiceUri": format!("memory://{name}") })),
+                    )
+                    .await;
+                self.check_record_call(&a, "register", name, before, true)
+                    .await;
+                short(&a)
+            }
+            Op::Unregister { node, cluster } => {
+                let name = CLUSTERS[cluster];
+                let before = self.record(name).await;
+                let running = self.in_progress_all().await;
+                let a = self
+                    .call(node, Method::DELETE, &format!("/{name}"), None)
+                    .await;
+                self.check_record_call(&a, "unregister", name, before, false)
+                    .await;
+                if a.as_ref().is_some_and(Answer::ok) {
+                    for (what, _, st) in running {
+                        let side = st.source == name || st.target == name;
+                        if side && !st.phase.is_final() && st.phase != Phase::RolledBack {
+                            self.violations.push(
+                                ViolationKind::Registry,
+                                format!(
+                                    "unregister {name} answered {} while the {what} ({} -> {}) \
+                                     is in {}: its ledgers are still copied or created there",
+                                    short(&a),
+                                    st.source,
+                                    st.target,
+                                    st.phase
+                                ),
+                            );
+                        }
+                    }
+                }
+                short(&a)
+            }
+            Op::Precheck { node, cluster } => {
+                let a = self
+                    .call(
+                        node,
+                        Method::GET,
+                        &format!("/precheck/{}", CLUSTERS[cluster]),
+                        None,
+                    )
+                    .await;
+                match &a {
+                    Some(a) if a.ok() => format!("200 ready={}", a.body["ready"]),
+                    _ => short(&a),
+                }
+            }
+            Op::AdvanceIdgen { cluster, margin } => {
+                let others = CLUSTERS
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != cluster)
+                    .map(|(_, c)| {
+                        let c = self.stack.cluster(c);
+                        let max = c.ledger_ids().into_iter().max().unwrap_or(-1) + 1;
+                        max.max(c.next_ledger_id())
+                    })
+                    .max()
+                    .unwrap_or(0);
+                match self
+                    .stack
+                    .cluster(CLUSTERS[cluster])
+                    .advance_ledger_id_to(others + margin - 1)
+                {
+                    Ok(()) => "advanced".to_owned(),
+                    Err(_) => "already beyond".to_owned(),
+                }
+            }
+            Op::Switch { node, cluster } => {
+                let before = self.latest_switch().await;
+                let a = self
+                    .call(
+                        node,
+                        Method::POST,
+                        "/switch",
+                        Some(json!({ "target": CLUSTERS[cluster] })),
+                    )
+                    .await;
+                if let Some(a) = &a {
+                    let after = self.latest_switch().await;
+                    let before_id = before.map(|s| s.switch_id);
+                    let after_id = after.map(|s| s.switch_id);
+                    if (400..500).contains(&a.status) && before_id != after_id {
+                        self.violations.push(
+                            ViolationKind::OperatorCall,
+                            format!(
+                                "switch to {} answered {} {} but a switch was recorded",
+                                CLUSTERS[cluster],
+                                a.status,
+                                a.code()
+                            ),
+                        );
+                    }
+                }
+                short(&a)
+            }
+            Op::Rollback { node } => {
+                let a = self
+                    .call(node, Method::POST, "/rollback", Some(json!({})))
+                    .await;
+                if std::env::var_os("NEMESIS_DEBUG").is_some() {
+                    eprintln!("rollback answer: {a:?}");
+                }
+                short(&a)
+            }
+            Op::Cleanup {
+                node,
+                dry_run,
+                force,
+            } => {
+                let a = self
+                    .call(
+                        node,
+                        Method::POST,
+                        "/cleanup",
+                        Some(json!({ "dryRun": dry_run, "force": force })),
+                    )
+                    .await;
+                short(&a)
+            }
+            Op::SetOverride {
+                node,
+                prefix,
+                cluster,
+            } => {
+                let before = self.in_progress_all().await;
+                let a = self
+                    .call(
+                        node,
+                        Method::POST,
+                        "/overrides",
+                        Some(json!({ "prefix": PREFIXES[prefix], "cluster": CLUSTERS[cluster] })),
+                    )
+                    .await;
+                if a.as_ref().is_some_and(Answer::ok) {
+                    self.check_exclusion(PREFIXES[prefix], &before);
+                }
+                short(&a)
+            }
+            Op::RemoveOverride { node, prefix } => {
+                let a = self
+                    .call(
+                        node,
+                        Method::POST,
+                        "/overrides/remove",
+                        Some(json!({ "prefix": PREFIXES[prefix] })),
+                    )
+                    .await;
+                short(&a)
+            }
+            Op::Crash { node } => {
+                if self.stack.node(node).is_none() {
+                    return "not running".to_owned();
+                }
+                self.stack.crash(node).await;
+                "crashed".to_owned()
+            }
+            Op::Restart { node } => {
+                if self.stack.node(node).is_some() {
+                    return "running".to_owned();
+                }
+                match self.stack.start_node(node).await {
+                    Ok(()) => "started".to_owned(),
+                    Err(e) => format!("did not start: {}", first_words(&e)),
+                }
+            }
+            Op::Duplicate { node } => {
+                let running = self.stack.node(node).is_some();
+                match self.stack.start_duplicate(node).await {
+                    Ok(()) if running => {
+                        self.violations.push(
+                            ViolationKind::DuplicateNode,
+                            format!(
+                                "a second node with id node-{node} started while node-{node} \
+                                 runs: both can claim topics and coordinator duties"
+                            ),
+                        );
+                        "started (duplicate)".to_owned()
+                    }
+                    Ok(()) => "started".to_owned(),
+                    Err(e) => format!("refused: {}", first_words(&e)),
+                }
+            }
+            Op::ExpireSession { node } => {
+                let _ = self.stack.slots[node].store.session.expire_session();
+                "expired".to_owned()
+            }
+            Op::LoseConnection { node, millis } => {
+                let gate = self.stack.slots[node].store.gate.clone();
+                if self.stack.node(node).is_none() {
+                    return "not running".to_owned();
+                }
+                gate.set_down(true);
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                if self.stack.node(node).is_some() {
+                    gate.set_down(false);
+                }
+                "reconnected".to_owned()
+            }
+            Op::Ambiguous {
+                node,
+                kind,
+                count,
+                outage_ms,
+            } => {
+                let store = &self.stack.slots[node].store;
+                if outage_ms == 0 {
+                    store.ambiguous_writes(kind, count);
+                } else {
+                    store.ambiguous_then_down(kind, count, Duration::from_millis(outage_ms));
+                }
+                "armed".to_owned()
+            }
+            Op::ClusterDown { cluster, hang } => {
+                let c = self.stack.cluster(CLUSTERS[cluster]);
+                if hang {
+                    c.set_operation_timeout(Some(Duration::from_secs(2)));
+                    c.set_unavailable(UnavailableMode::Hang);
+                } else {
+                    c.set_unavailable(UnavailableMode::FailFast);
+                }
+                "down".to_owned()
+            }
+            Op::ClusterUp { cluster } => {
+                let c = self.stack.cluster(CLUSTERS[cluster]);
+                c.restore();
+                c.set_operation_timeout(None);
+                "up".to_owned()
+            }
+            Op::ClusterSlow { cluster, millis } => {
+                self.stack
+                    .cluster(CLUSTERS[cluster])
+                    .set_latency_all(Duration::from_millis(millis));
+                "slow".to_owned()
+            }
+            Op::Wait { millis } => {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                "waited".to_owned()
+            }
+            Op::ExpectSettled { millis } => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(millis);
+                loop {
+                    let pending = self.in_progress().await;
+                    if pending.is_empty() {
+                        return "settled".to_owned();
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        for (what, _, st) in pending {
+                            self.violations.push(
+                                ViolationKind::Stuck,
+                                format!(
+                                    "{what} ({} -> {}) is still in {} after {millis} ms",
+                                    st.source, st.target, st.phase
+                                ),
+                            );
+                        }
+                        return "not settled".to_owned();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Op::ExpectRolledBack { millis } => {
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(millis);
+                loop {
+                    let st = self.latest_switch().await;
+                    if st.as_ref().is_some_and(|s| s.phase == Phase::RolledBack) {
+                        return "rolled back".to_owned();
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        let phase = st.map(|s| s.phase.to_string());
+                        self.violations.push(
+                            ViolationKind::Stuck,
+                            format!(
+                                "the rollback did not converge within {millis} ms: the switch is \
+                                 in {phase:?}"
+                            ),
+                        );
+                        return "not rolled back".to_owned();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Op::ExpectSchemaOn { schema, cluster } => self.expect_schema_on(schema, cluster).await,
+        }
+    }
+
+    /// Puts a version of `SCHEMAS[schema]` and checks the cluster its stamp
+    /// names.
+    async fn expect_schema_on(&mut self, schema: usize, cluster: usize) -> String {
+        let (id, want) = (SCHEMAS[schema], CLUSTERS[cluster]);
+        let Some(node) = self.stack.any_node().cloned() else {
+            return "no node".to_owned();
+        };
+        let data = format!("directed version of {id}").into_bytes();
+        let v = match node.schemas().put(id, &data, &data).await {
+            Ok(v) => v,
+            Err(e) => return format!("put failed: {}", first_words(&e.to_string())),
+        };
+        let stamp = match node.schemas().locator(id).await {
+            Ok(Some((l, _))) => std::iter::once(&l.info)
+                .chain(l.index.iter())
+                .find(|e| e.version == v.0)
+                .map(|e| {
+                    e.position
+                        .cluster_stamp()
+                        .ok()
+                        .flatten()
+                        .unwrap_or(CLUSTERS[0])
+                        .to_owned()
+                }),
+            _ => None,
+        };
+        if stamp.as_deref() != Some(want) {
+            self.violations.push(
+                ViolationKind::Routing,
+                format!(
+                    "schema {id} version {} was stored on {stamp:?}, not on {want} where the \
+                     managed ledgers of its topic go",
+                    v.0
+                ),
+            );
+        }
+        format!("stored on {stamp:?}")
+    }
+
+    /// The registry record of `name`, as JSON text (`None`: not registered).
+    async fn record(&self, name: &str) -> Option<Option<String>> {
+        let node = self.stack.any_node()?;
+        let r = node.registry().get(name).await.ok()?;
+        Some(r.map(|r| format!("{}:{}:{:?}", r.name, r.metadata_service_uri, r.status)))
+    }
+
+    /// A register (`registers`) or unregister call did what it answered:
+    /// 2xx → the record is there (gone); 4xx → the record is unchanged.
+    async fn check_record_call(
+        &mut self,
+        a: &Option<Answer>,
+        what: &str,
+        name: &str,
+        before: Option<Option<String>>,
+        registers: bool,
+    ) {
+        let Some(a) = a else { return };
+        let after = self.record(name).await;
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
+        if a.ok() && after.is_some() != registers {
+            self.violations.push(
+                ViolationKind::OperatorCall,
+                format!(
+                    "{what} {name} answered {} but the record is {after:?}",
+                    a.status
+                ),
+            );
+        }
+        if (400..500).contains(&a.status) && before != after {
+            self.violations.push(
+                ViolationKind::OperatorCall,
+                format!(
+                    "{what} {name} answered {} {} but changed the record from {before:?} to \
+                     {after:?}",
+                    a.status,
+                    a.code()
+                ),
+            );
+        }
+    }
+
+    async fn latest_switch(&self) -> Option<SwitchStatus> {
+        let node = self.stack.any_node()?;
+        node.orchestrator().current_status().await.ok().flatten()
+    }
+
+    /// A canary of `prefix` was just started: no other coordinator may have
+    /// been working on the same ledgers (issue #20, 5.1).
+    fn check_exclusion(&mut self, prefix: &str, before: &[(String, Option<String>, SwitchStatus)]) {
+        for (what, other, st) in before {
+            let clash = match other {
+                // A cluster-wide switch copying, promoting, rolling back or
+                // cleaning up works on every ledger.
+                None => matches!(
+                    st.phase,
+                    Phase::Build | Phase::Promote | Phase::Cleanup | Phase::RollingBack
+                ),
+                // An overlapping canary copying, promoting, rolling back or
+                // cleaning up.
+                Some(p) => {
+                    p != prefix
+                        && (p.starts_with(prefix) || prefix.starts_with(p.as_str()))
+                        && matches!(
+                            st.phase,
+                            Phase::Build | Phase::Promote | Phase::Cleanup | Phase::RollingBack
+                        )
+                }
+            };
+            if clash {
+                self.violations.push(
+                    ViolationKind::TwoCoordinators,
+                    format!(
+                        "the canary of `{prefix}` started while the {what} ({} -> {}) is in {}: two coordinators on the same ledgers",
+                        st.source, st.target, st.phase
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Every switch and canary with its status: `(what, prefix, status)`.
+    async fn in_progress_all(&self) -> Vec<(String, Option<String>, SwitchStatus)> {
+        let mut out = Vec::new();
+        let Some(node) = self.stack.any_node() else {
+            return out;
+        };
+        if let Ok(Some(st)) = node.orchestrator().current_status().await {
+            out.push(("switch".to_owned(), None, st));
+        }
+        if let Ok(list) = node.overrides().await {
+            for (prefix, _, st) in list {
+                if let Some(st) = st {
+                    out.push((format!("canary of `{prefix}`"), Some(prefix), st));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every switch and canary not settled yet.
+    async fn in_progress(&self) -> Vec<(String, Option<String>, SwitchStatus)> {
+        let mut out = self.in_progress_all().await;
+        out.retain(|(_, _, st)| !settled(st.phase));
+        out
+    }
+
+    /// Lets the switches and canaries reach a final state, using the
+    /// documented calls (rollback, forced cleanup) when they do not by
+    /// themselves; what still does not is a violation.
+    async fn settle(&mut self) {
+        for round in 0..30 {
+            let pending = self.in_progress().await;
+            if pending.is_empty() {
+                return;
+            }
+            if round >= 6 {
+                for (_, prefix, st) in &pending {
+                    let a = match (st.phase, prefix) {
+                        (Phase::Cleanup, _) => {
+                            self.call(
+                                0,
+                                Method::POST,
+                                "/cleanup",
+                                Some(json!({ "dryRun": false, "force": true })),
+                            )
+                            .await
+                        }
+                        (_, Some(p)) => {
+                            self.call(
+                                0,
+                                Method::POST,
+                                "/overrides/remove",
+                                Some(json!({ "prefix": p })),
+                            )
+                            .await
+                        }
+                        (_, None) => {
+                            self.call(0, Method::POST, "/rollback", Some(json!({})))
+                                .await
+                        }
+                    };
+                    self.trace.push(format!(
+                        "settle round {round}: {} {} -> {}",
+                        st.phase,
+                        prefix.as_deref().unwrap_or("cluster-wide"),
+                        short(&a)
+                    ));
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        for (what, _, st) in self.in_progress().await {
+            self.violations.push(
+                ViolationKind::Stuck,
+                format!(
+                    "{what} {} ({} -> {}) stays in {} after every fault healed, every node \
+                     restarted and the documented calls (rollback, forced cleanup); failures: {:?}",
+                    st.switch_id, st.source, st.target, st.phase, st.failures
+                ),
+            );
+        }
+    }
+
+    /// A forced cleanup of the latest switch until it is done.
+    async fn final_cleanup(&mut self) {
+        for _ in 0..5 {
+            let Some(st) = self.latest_switch().await else {
+                return;
+            };
+            if !matches!(
+                st.phase,
+                Phase::Switched | Phase::RolledBack | Phase::Cleanup
+            ) {
+                return;
+            }
+            let a = self
+                .call(
+                    0,
+                    Method::POST,
+                    "/cleanup",
+                    Some(json!({ "dryRun": false, "force": true })),
+                )
+                .await;
+            self.trace.push(format!("final cleanup -> {}", short(&a)));
+            if !a.as_ref().is_some_and(Answer::ok) {
+                return;
+            }
+        }
+    }
+}
+
+/// Phases in which nothing runs by itself any more.
+fn settled(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Switched | Phase::Done | Phase::DoneWithFailures | Phase::RolledBack
+    )
+}
+
+fn first_words(s: &str) -> String {
+    s.chars().take(80).collect()
+}

@@ -1,0 +1,81 @@
+//! A seeded nemesis over the whole bkswitch stack (issue #20, items 1–4).
+//!
+//! - [`plan`]: a history's operations and settings, generated from a seed.
+//! - [`stack`]: the embedded stack (several nodes, in-memory metadata with a
+//!   session per node, in-memory bookie clusters `old`, `new`, `third`), REST
+//!   calls served in process.
+//! - [`store`]: metadata faults (connection loss, ambiguous writes).
+//! - [`traffic`]: producers, consumers and schema puts, recording what was
+//!   acknowledged.
+//! - [`checker`]: the invariants checked after healing.
+//! - [`history`]: running a plan, deterministically (current-thread runtime,
+//!   paused time), and the replay command.
+//! - [`shrink`]: dropping operations while a history still fails.
+//! - [`real`]: histories on real ZooKeeper and real bookies.
+//! - [`regressions`]: the seeds and directed tests that show known defects.
+#![doc = include_str!("../README.md")]
+
+pub mod checker;
+pub mod history;
+pub mod plan;
+pub mod real;
+pub mod regressions;
+pub mod shrink;
+pub mod stack;
+pub mod store;
+pub mod traffic;
+
+pub use checker::{Violation, ViolationKind};
+pub use history::{plan_of, replay_command, run_embedded, Figures, Outcome};
+pub use plan::{Op, Plan, Settings};
+
+/// Totals over many histories.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    /// Histories run.
+    pub histories: usize,
+    /// Operations run.
+    pub ops: usize,
+    /// Faults injected.
+    pub faults: usize,
+    /// Operator calls made.
+    pub operator_calls: usize,
+    /// Acknowledged publishes.
+    pub published: usize,
+    /// Histories that failed, with their seeds.
+    pub failed: Vec<u64>,
+    /// Violations found.
+    pub violations: usize,
+    /// Failed histories per violation kind.
+    pub by_kind: std::collections::BTreeMap<String, usize>,
+}
+
+impl Totals {
+    /// Adds one history.
+    pub fn add(&mut self, o: &Outcome) {
+        self.histories += 1;
+        self.ops += o.figures.ops;
+        self.faults += o.figures.faults;
+        self.operator_calls += o.figures.operator_calls;
+        self.published += o.figures.published;
+        self.violations += o.violations.0.len();
+        if !o.passed() {
+            self.failed.push(o.seed);
+        }
+        for k in o.kinds() {
+            *self.by_kind.entry(format!("{k:?}")).or_default() += 1;
+        }
+    }
+}
+
+/// Runs `count` embedded histories with seeds `first..first + count`, calling
+/// `each` after every one.
+pub fn run_many(first: u64, count: u64, mut each: impl FnMut(&Outcome)) -> Totals {
+    let mut totals = Totals::default();
+    for seed in first..first + count {
+        let o = run_embedded(&Plan::generate(seed));
+        totals.add(&o);
+        each(&o);
+    }
+    totals
+}

@@ -1,0 +1,350 @@
+//! The known defects of issue #20 (item 5) the nemesis shows on the code it
+//! was written against: random seeds that fail ([`REGRESSION_SEEDS`]) and
+//! directed plans for what randomness does not reach in the CI budget
+//! ([`DIRECTED`]). Each replays with the same runner and checker as every
+//! other history, and must pass once the defect is fixed.
+
+use std::time::Duration;
+
+use crate::plan::{Op, Plan, Settings};
+use crate::store::WriteKind;
+
+/// A random history that showed a defect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegressionSeed {
+    /// The seed (`nemesis replay --seed S`).
+    pub seed: u64,
+    /// The defect of issue #20 it shows (item 5's numbering).
+    pub defect: &'static str,
+    /// How it failed.
+    pub failure: &'static str,
+}
+
+/// Seeds of random histories that failed, with the defect each one shows.
+/// They replay deterministically and pass once the defect is fixed.
+pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
+    RegressionSeed {
+        seed: 0,
+        defect: "5.2",
+        failure: "an ambiguous ledger-info write with the connection lost right after: the new \
+                  data ledger is deleted while the metadata names it; the topic never loads \
+                  again (LedgerMissing, TopicUnloadable)",
+    },
+    RegressionSeed {
+        seed: 57,
+        defect: "5.2",
+        failure: "the same for a cursor: the new cursor ledger is deleted while the cursor's \
+                  metadata names it (LedgerMissing, cursor)",
+    },
+    RegressionSeed {
+        seed: 120,
+        defect: "5.6",
+        failure: "ambiguous cursor writes with the connection lost on the node that owns \
+                  `t/ns2/persistent/c` and coordinates the canary of `t/ns2/`: the canary stays \
+                  in PROMOTE for ever (Stuck) and the cursor comes back behind its acknowledged \
+                  mark-delete (CursorBehind); shrunk to 4 operations (`--keep 0,1,2,6`)",
+    },
+    RegressionSeed {
+        seed: 13,
+        defect: "5.4",
+        failure: "a canary stays in BUILD after every fault healed and every node restarted, \
+                  and remove-override does not move it (Stuck)",
+    },
+    RegressionSeed {
+        seed: 233,
+        defect: "5.1",
+        failure: "the canary of `t/ns1/` starts while the canary of the overlapping `t/ns1/pers` \
+                  is in BUILD (TwoCoordinators); also 5.2",
+    },
+    RegressionSeed {
+        seed: 100_695,
+        defect: "5.1",
+        failure: "the canary of `t/ns1/pers` starts while the cluster-wide switch old -> new is \
+                  in CLEANUP (TwoCoordinators); also 5.2 and 5.12 (long run)",
+    },
+    RegressionSeed {
+        seed: 100_754,
+        defect: "5.3",
+        failure: "`DELETE /third` answers 204 while the canary of `t/ns1/persistent/` to `third` \
+                  is SWITCHED: the override and the canary name an unregistered cluster (long \
+                  run)",
+    },
+    RegressionSeed {
+        seed: 11,
+        defect: "5.12",
+        failure: "a second node-2 starts while node-2 runs (DuplicateNode)",
+    },
+];
+
+/// Failing seeds not attributed to a defect of issue #20 yet (found by the
+/// long run, not triaged): replay them before calling the list fixed.
+pub const UNTRIAGED_SEEDS: &[RegressionSeed] = &[RegressionSeed {
+    seed: 106_720,
+    defect: "untriaged",
+    failure: "`POST /switch` to `old` answered 409 CONFLICT while the latest switch record \
+              changed during the call (a switch recorded by a refused call, or a record \
+              written concurrently by a coordinator: to be triaged)",
+}];
+
+/// A fixed history for a defect randomness does not reach reliably.
+#[derive(Debug, Clone, Copy)]
+pub struct Directed {
+    /// A name (`nemesis` tests are named after it).
+    pub name: &'static str,
+    /// The defect of issue #20 it shows.
+    pub defect: &'static str,
+    /// What it does and how it fails today.
+    pub failure: &'static str,
+    /// Its operations.
+    pub ops: fn() -> Vec<Op>,
+}
+
+const NEW: usize = 1;
+const THIRD: usize = 2;
+
+fn canary_setup(target: usize) -> Vec<Op> {
+    vec![
+        Op::Register {
+            node: 0,
+            cluster: target,
+        },
+        Op::AdvanceIdgen {
+            cluster: target,
+            margin: 1_000,
+        },
+        Op::Wait { millis: 1_000 },
+    ]
+}
+
+/// The directed histories.
+pub const DIRECTED: &[Directed] = &[
+    Directed {
+        name: "ambiguous_ledger_writes_then_connection_loss",
+        defect: "5.2",
+        failure: "every node's next ledger-info writes are applied, then the connection drops \
+                  for 500 ms: the rollover deletes the new ledger the metadata names; the topics \
+                  never load again",
+        ops: || {
+            let mut ops = vec![Op::Wait { millis: 1_000 }];
+            for node in 0..3 {
+                ops.push(Op::Ambiguous {
+                    node,
+                    kind: WriteKind::LedgerInfo,
+                    count: 3,
+                    outage_ms: 500,
+                });
+            }
+            ops.push(Op::Wait { millis: 3_000 });
+            ops
+        },
+    },
+    Directed {
+        name: "overlapping_canary_starts_while_another_builds",
+        defect: "5.1",
+        failure: "with the target slow, the canary of `t/ns1/` is in BUILD when the canary of \
+                  `t/ns1/persistent/a` is started: it is accepted (200), two coordinators copy \
+                  and promote the same ledgers",
+        ops: || {
+            let mut ops = canary_setup(NEW);
+            ops.extend([
+                Op::ClusterSlow {
+                    cluster: NEW,
+                    millis: 300,
+                },
+                Op::SetOverride {
+                    node: 0,
+                    prefix: 0,
+                    cluster: NEW,
+                },
+                Op::SetOverride {
+                    node: 1,
+                    prefix: 1,
+                    cluster: NEW,
+                },
+                Op::ClusterUp { cluster: NEW },
+                Op::Wait { millis: 5_000 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "unregister_the_target_of_a_canary_in_build",
+        defect: "5.3",
+        failure: "with the target slow, the canary of `t/ns2/` is in BUILD and its target is \
+                  unregistered (204): the override names an unregistered cluster",
+        ops: || {
+            let mut ops = canary_setup(THIRD);
+            ops.extend([
+                Op::ClusterSlow {
+                    cluster: THIRD,
+                    millis: 300,
+                },
+                Op::SetOverride {
+                    node: 0,
+                    prefix: 4,
+                    cluster: THIRD,
+                },
+                Op::Unregister {
+                    node: 1,
+                    cluster: THIRD,
+                },
+                Op::ClusterUp { cluster: THIRD },
+                Op::Wait { millis: 5_000 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "canary_coordinator_crashes_in_build",
+        defect: "5.4",
+        failure: "the node that started a canary crashes while it is in BUILD (target slow); \
+                  no other node takes it over: it stays in BUILD with faults healed and every \
+                  node restarted",
+        ops: || {
+            let mut ops = canary_setup(NEW);
+            ops.extend([
+                Op::ClusterSlow {
+                    cluster: NEW,
+                    millis: 300,
+                },
+                Op::SetOverride {
+                    node: 1,
+                    prefix: 0,
+                    cluster: NEW,
+                },
+                Op::Crash { node: 1 },
+                Op::ClusterUp { cluster: NEW },
+                Op::Restart { node: 1 },
+                Op::ExpectSettled { millis: 60_000 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "rollback_with_the_target_dead",
+        defect: "5.5 (not reproduced)",
+        failure: "a switch to `new` reaches SWITCHED with owned topics; `new` becomes \
+                  unreachable; the rollback must still converge. It does on the embedded \
+                  stack (the operator calls rollback again, the owners flip their cursors): a \
+                  guard, not a regression",
+        ops: || {
+            let mut ops = canary_setup(NEW);
+            ops.extend([
+                Op::Switch {
+                    node: 0,
+                    cluster: NEW,
+                },
+                Op::ExpectSettled { millis: 60_000 },
+                Op::ClusterDown {
+                    cluster: NEW,
+                    hang: false,
+                },
+                Op::AdvanceIdgen {
+                    cluster: 0,
+                    margin: 1_000,
+                },
+                Op::Rollback { node: 0 },
+                Op::Wait { millis: 10_000 },
+                Op::Rollback { node: 0 },
+                Op::ExpectRolledBack { millis: 60_000 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "canary_routes_schema_creation",
+        defect: "5.7",
+        failure: "after the canary of `t/ns1/` is SWITCHED, a new schema version of `t/ns1/a` \
+                  is created on the old cluster",
+        ops: || {
+            let mut ops = canary_setup(NEW);
+            ops.extend([
+                Op::SetOverride {
+                    node: 0,
+                    prefix: 0,
+                    cluster: NEW,
+                },
+                Op::ExpectSettled { millis: 60_000 },
+                Op::ExpectSchemaOn {
+                    schema: 0,
+                    cluster: NEW,
+                },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "misaligned_canary_prefix_scopes_schemas_like_ledgers",
+        defect: "5.7",
+        failure: "the canary of the misaligned prefix `t/ns1/pers` moves the managed ledgers of \
+                  `t/ns1/persistent/a` but not the schema `t/ns1/a`",
+        ops: || {
+            let mut ops = canary_setup(NEW);
+            ops.extend([
+                Op::SetOverride {
+                    node: 0,
+                    prefix: 3,
+                    cluster: NEW,
+                },
+                Op::ExpectSettled { millis: 60_000 },
+                Op::ExpectSchemaOn {
+                    schema: 0,
+                    cluster: NEW,
+                },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "ambiguous_cursor_write_in_a_canary_promote",
+        defect: "5.6",
+        failure: "the node that owns `t/ns2/persistent/c` and coordinates the canary of `t/ns2/` \
+                  gets its cursor writes applied then loses its connection (seed 120 shrunk, \
+                  timings of a directed plan): the canary stays in PROMOTE for ever (Stuck), and \
+                  the cursor's new ledger is deleted while its metadata names it (5.2)",
+        ops: || {
+            let mut ops = canary_setup(THIRD);
+            ops.extend([
+                Op::Ambiguous {
+                    node: 2,
+                    kind: WriteKind::Cursor,
+                    count: 3,
+                    outage_ms: 1_819,
+                },
+                Op::SetOverride {
+                    node: 2,
+                    prefix: 4,
+                    cluster: THIRD,
+                },
+                Op::Wait { millis: 3_000 },
+            ]);
+            ops
+        },
+    },
+    Directed {
+        name: "duplicate_node_id",
+        defect: "5.12",
+        failure: "a second node with id node-0 starts while node-0 runs",
+        ops: || vec![Op::Wait { millis: 500 }, Op::Duplicate { node: 0 }],
+    },
+];
+
+/// The plan of a directed history (its seed is 0; nothing in it is random).
+pub fn directed_plan(d: &Directed) -> Plan {
+    let day = Duration::from_secs(24 * 3600);
+    Plan {
+        seed: 0,
+        settings: Settings {
+            nodes: 3,
+            rollback_window: day,
+            dual_read_timeout: 15 * day,
+            auto_cleanup_interval: Duration::from_secs(5),
+        },
+        ops: (d.ops)(),
+    }
+}
+
+/// The directed history named `name`.
+pub fn directed(name: &str) -> Option<&'static Directed> {
+    DIRECTED.iter().find(|d| d.name == name)
+}

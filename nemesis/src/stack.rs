@@ -1,0 +1,308 @@
+//! The embedded stack a history runs on: several [`Node`]s built as
+//! `bkswitch_admin::testkit::start_node` builds them (one in-memory metadata
+//! tree, a session of its own per node, in-memory bookie clusters `old`,
+//! `new` and `third`), with REST calls served in process by each node's axum
+//! router as a tower service (no socket).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request};
+use axum::Router;
+use bkswitch_admin::testkit::{node_config, ADMIN};
+use bkswitch_admin::wire::BASE_PATH;
+use bkswitch_admin::{rest_router, Node, NodeConfig};
+use bkswitch_bk_client::{MemoryCluster, MemoryClusters};
+use bkswitch_metadata_store::MemoryStore;
+use bkswitch_switch_orchestrator::OrchestratorConfig;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::plan::{Settings, CLUSTERS};
+use crate::store::NodeStore;
+use crate::traffic::Directory;
+
+/// The answer of a REST call: its status and its JSON body (`Null` when
+/// empty or not JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The body as JSON.
+    pub body: Value,
+}
+
+impl Answer {
+    /// A 2xx answer.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The error body's `code`, if any.
+    pub fn code(&self) -> &str {
+        self.body.get("code").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The error body's `error` message, if any.
+    pub fn message(&self) -> &str {
+        self.body.get("error").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// One node of the stack: its store (session, gate, recorder) and, while it
+/// runs, the node and its REST router.
+#[derive(Debug)]
+pub struct Slot {
+    /// The node id.
+    pub id: String,
+    /// The node's metadata store.
+    pub store: NodeStore,
+    /// The running node (`None` after a crash).
+    pub node: Option<Node>,
+    /// Its REST router.
+    router: Option<Router>,
+    /// Bumped on every start: traffic drops handles of an older generation.
+    pub generation: u64,
+}
+
+/// The embedded stack.
+#[derive(Debug)]
+pub struct Stack {
+    /// The shared metadata tree (this handle is the checker's own session).
+    pub root: MemoryStore,
+    /// The bookie clusters.
+    pub clusters: MemoryClusters,
+    /// The nodes.
+    pub slots: Vec<Slot>,
+    /// The history's settings.
+    pub settings: Settings,
+    /// Nodes started with a duplicate id (stopped at the end).
+    pub duplicates: Vec<Node>,
+    /// The running nodes as the traffic sees them.
+    pub directory: Directory,
+}
+
+impl Stack {
+    /// Starts `settings.nodes` nodes on fresh clusters, `old` ACTIVE.
+    ///
+    /// # Panics
+    ///
+    /// When a node of a fresh stack does not start (a bug of the stack, not
+    /// a finding).
+    pub async fn start(settings: Settings) -> Stack {
+        let clusters = MemoryClusters::new();
+        for name in CLUSTERS {
+            clusters.get_or_create(name);
+        }
+        let root = MemoryStore::new();
+        let mut stack = Stack {
+            root,
+            clusters,
+            slots: Vec::new(),
+            settings,
+            duplicates: Vec::new(),
+            directory: Directory::default(),
+        };
+        *stack.directory.lock() = vec![None; stack.settings.nodes];
+        for i in 0..stack.settings.nodes {
+            let store = NodeStore::new(&stack.root);
+            stack.slots.push(Slot {
+                id: format!("node-{i}"),
+                store,
+                node: None,
+                router: None,
+                generation: 0,
+            });
+            if let Err(e) = stack.start_node(i).await {
+                panic!("node-{i} of a fresh stack did not start: {e}");
+            }
+        }
+        stack
+    }
+
+    /// The configuration of node `id` on `store`.
+    pub fn config(&self, id: &str, store: &NodeStore) -> NodeConfig {
+        let mut cfg = node_config(id, store.store(), &self.clusters);
+        let s = &self.settings;
+        cfg.orchestrator = OrchestratorConfig::default()
+            .with_rollback_window(s.rollback_window)
+            .with_dual_read_timeout(Some(s.dual_read_timeout))
+            .with_auto_cleanup(s.auto_cleanup_interval, 100)
+            .with_promote_retry(20, Duration::from_millis(100));
+        cfg.ledger_config = cfg.ledger_config.with_max_entries_per_ledger(8);
+        cfg.old_ledger_read_timeout = Duration::from_millis(2_000);
+        cfg
+    }
+
+    /// Starts node `i` (a new session, faults healed) unless it runs.
+    ///
+    /// # Errors
+    ///
+    /// The node's start error, as text.
+    pub async fn start_node(&mut self, i: usize) -> Result<(), String> {
+        if self.slots[i].node.is_some() {
+            return Ok(());
+        }
+        let store = NodeStore::new(&self.root);
+        let cfg = self.config(&self.slots[i].id, &store);
+        let started = tokio::time::timeout(Duration::from_secs(120), Node::start(cfg)).await;
+        let slot = &mut self.slots[i];
+        slot.store = store;
+        match started {
+            Ok(Ok(node)) => {
+                slot.router = Some(rest_router(&node));
+                slot.generation += 1;
+                self.directory.lock()[i] = Some((node.clone(), slot.generation));
+                slot.node = Some(node);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("did not start within 120 s".to_owned()),
+        }
+    }
+
+    /// Crashes node `i`: its metadata connection is cut for good (the zombie
+    /// writes nothing more), its session expires (ownership and other
+    /// ephemeral nodes go at once, as after a ZooKeeper session timeout), and
+    /// it is stopped.
+    pub async fn crash(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let Some(node) = slot.node.take() else {
+            return;
+        };
+        slot.router = None;
+        self.directory.lock()[i] = None;
+        slot.store.gate.set_down(true);
+        let _ = slot.store.session.expire_session();
+        let _ = tokio::time::timeout(Duration::from_secs(60), node.stop()).await;
+    }
+
+    /// Stops node `i` gracefully (ownership released).
+    pub async fn stop_node(&mut self, i: usize) {
+        self.directory.lock()[i] = None;
+        let slot = &mut self.slots[i];
+        slot.router = None;
+        if let Some(node) = slot.node.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(60), node.stop()).await;
+        }
+    }
+
+    /// Starts a second node with node `i`'s id on a session of its own.
+    ///
+    /// # Errors
+    ///
+    /// The start error (what a fixed node must answer), as text.
+    pub async fn start_duplicate(&mut self, i: usize) -> Result<(), String> {
+        let store = NodeStore::new(&self.root);
+        let cfg = self.config(&self.slots[i].id, &store);
+        match tokio::time::timeout(Duration::from_secs(60), Node::start(cfg)).await {
+            Ok(Ok(node)) => {
+                self.duplicates.push(node);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("did not start within 60 s".to_owned()),
+        }
+    }
+
+    /// The running node `i`, if any.
+    pub fn node(&self, i: usize) -> Option<&Node> {
+        self.slots.get(i).and_then(|s| s.node.as_ref())
+    }
+
+    /// The first running node.
+    pub fn any_node(&self) -> Option<&Node> {
+        self.slots.iter().find_map(|s| s.node.as_ref())
+    }
+
+    /// The in-memory cluster `name`.
+    pub fn cluster(&self, name: &str) -> MemoryCluster {
+        self.clusters.get_or_create(name)
+    }
+
+    /// Calls `method path` (below the API's base path) on node `i` with the
+    /// admin token and a JSON body; `None` when the node does not run.
+    pub async fn call(
+        &self,
+        i: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Option<Answer> {
+        let router = self.slots.get(i)?.router.clone()?;
+        Some(call_router(router, method, path, body).await)
+    }
+
+    /// Heals every fault: connections back, injected write failures gone,
+    /// clusters reachable and fast.
+    pub fn heal(&self) {
+        for s in &self.slots {
+            if s.node.is_some() {
+                s.store.heal();
+            }
+        }
+        for name in CLUSTERS {
+            let c = self.cluster(name);
+            c.restore();
+            c.set_operation_timeout(None);
+        }
+    }
+
+    /// Stops every node (duplicates included).
+    pub async fn shutdown(&mut self) {
+        for n in std::mem::take(&mut self.duplicates) {
+            let _ = tokio::time::timeout(Duration::from_secs(60), n.stop()).await;
+        }
+        for i in 0..self.slots.len() {
+            self.stop_node(i).await;
+        }
+    }
+}
+
+/// Calls `method path` (below [`BASE_PATH`]) on `router` in process.
+pub async fn call_router(
+    router: Router,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("{BASE_PATH}{path}"))
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .header("content-type", "application/json");
+    let req = match body {
+        Some(b) => req.body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    };
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => {
+            return Answer {
+                status: 0,
+                body: Value::String(format!("bad request built: {e}")),
+            }
+        }
+    };
+    let call = tokio::time::timeout(Duration::from_secs(600), router.oneshot(req)).await;
+    let resp = match call {
+        Ok(Ok(r)) => r,
+        Ok(Err(never)) => match never {},
+        Err(_) => {
+            return Answer {
+                status: 0,
+                body: Value::String("no answer within 600 s".into()),
+            }
+        }
+    };
+    let status = resp.status().as_u16();
+    let bytes = match resp.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => Default::default(),
+    };
+    Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}

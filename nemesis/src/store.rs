@@ -1,0 +1,274 @@
+//! The metadata store a nemesis node sees: its own session on the shared
+//! in-memory tree, behind a [`Gate`] (connection loss, a crashed node's dead
+//! session) and a [`RecordingStore`] (ambiguous writes:
+//! [`InjectedFailure::AppliedThenUnavailable`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bkswitch_managed_ledger::testkit::{InjectedFailure, RecordingStore};
+use bkswitch_metadata_store::{
+    CreateMode, ExpectedVersion, GetResult, MemoryStore, MetadataError, MetadataStore, Operation,
+    Result, Stat, WatchStream,
+};
+use parking_lot::Mutex;
+
+/// A [`MetadataStore`] wrapper that can lose its connection: while it is
+/// [down](Gate::set_down) every call fails at once with the retryable
+/// [`MetadataError::Unavailable`], nothing is applied. A crashed node's gate
+/// stays down for good, so the zombie of a crashed node writes nothing.
+///
+/// It also sets the trap ZooKeeper clients really fall into: a write is
+/// applied, then the connection drops before the answer arrives, so the
+/// caller gets `Unavailable` *and* cannot read back what happened until the
+/// connection is back ([`Gate::ambiguous_then_down`]). A plain ambiguous
+/// write ([`RecordingStore`]'s `AppliedThenUnavailable`) can be resolved by
+/// reading back at once; this one cannot.
+#[derive(Debug)]
+pub struct Gate {
+    inner: Arc<dyn MetadataStore>,
+    down: AtomicBool,
+    down_until: Mutex<Option<tokio::time::Instant>>,
+    trap: Mutex<Option<(String, usize, Duration)>>,
+}
+
+impl Gate {
+    /// Wraps `inner`, connected.
+    pub fn new(inner: Arc<dyn MetadataStore>) -> Gate {
+        Gate {
+            inner,
+            down: AtomicBool::new(false),
+            down_until: Mutex::new(None),
+            trap: Mutex::new(None),
+        }
+    }
+
+    /// The next `count` writes whose path contains `pattern` are applied,
+    /// then the connection drops for `outage` (virtual time): the caller gets
+    /// `Unavailable` and every call fails until the outage ends.
+    pub fn ambiguous_then_down(&self, pattern: &str, count: usize, outage: Duration) {
+        *self.trap.lock() = Some((pattern.to_owned(), count, outage));
+    }
+
+    /// Removes the trap and any outage (the manual [`set_down`](Self::set_down)
+    /// stays as it is).
+    pub fn clear(&self) {
+        *self.trap.lock() = None;
+        *self.down_until.lock() = None;
+    }
+
+    /// Whether the write to `path` falls into the trap (and arms the outage).
+    fn trapped(&self, path: &str) -> bool {
+        let mut trap = self.trap.lock();
+        let Some((pattern, count, outage)) = trap.as_mut() else {
+            return false;
+        };
+        if *count == 0 || !path.contains(pattern.as_str()) {
+            return false;
+        }
+        *count -= 1;
+        *self.down_until.lock() = Some(tokio::time::Instant::now() + *outage);
+        true
+    }
+
+    fn lost(op: Operation, path: &str) -> MetadataError {
+        MetadataError::Unavailable {
+            op,
+            path: path.to_owned(),
+            reason: "connection lost after the write was sent (nemesis)".to_owned(),
+        }
+    }
+
+    /// Loses (`true`) or regains (`false`) the connection.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Whether the connection is lost.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+
+    fn check(&self, op: Operation, path: &str) -> Result<()> {
+        let outage = self
+            .down_until
+            .lock()
+            .is_some_and(|until| tokio::time::Instant::now() < until);
+        if self.is_down() || outage {
+            return Err(MetadataError::Unavailable {
+                op,
+                path: path.to_owned(),
+                reason: "connection to the metadata store lost (nemesis)".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl MetadataStore for Gate {
+    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
+        self.check(Operation::Get, path)?;
+        self.inner.get(path).await
+    }
+
+    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
+        self.check(Operation::Put, path)?;
+        let r = self.inner.put(path, value, expected).await;
+        if self.trapped(path) {
+            return r.and(Err(Self::lost(Operation::Put, path)));
+        }
+        r
+    }
+
+    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
+        self.check(Operation::Create, path)?;
+        let r = self.inner.create(path, value, mode).await;
+        if self.trapped(path) {
+            return r.and(Err(Self::lost(Operation::Create, path)));
+        }
+        r
+    }
+
+    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
+        self.check(Operation::Delete, path)?;
+        let r = self.inner.delete(path, expected).await;
+        if self.trapped(path) {
+            return r.and(Err(Self::lost(Operation::Delete, path)));
+        }
+        r
+    }
+
+    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.check(Operation::Exists, path)?;
+        self.inner.exists(path).await
+    }
+
+    async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.check(Operation::Children, path)?;
+        self.inner.children(path).await
+    }
+
+    async fn watch(&self, path: &str) -> Result<WatchStream> {
+        self.check(Operation::Watch, path)?;
+        self.inner.watch(path).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// Every kind of metadata write a node makes, by the path it writes: an
+/// ambiguous-write fault picks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WriteKind {
+    /// A managed ledger's info (ledger list: rollover, trim, create).
+    LedgerInfo,
+    /// A cursor's info (cursor ledger, mark-delete, promote).
+    Cursor,
+    /// A schema locator.
+    Schema,
+    /// The cluster registry (records, directive, overrides, bootstrap).
+    Registry,
+    /// Switch records and their ledger records (`created/`, leases).
+    Switch,
+    /// Topic ownership.
+    Ownership,
+    /// Any write at all.
+    Any,
+}
+
+impl WriteKind {
+    /// Every kind, in a fixed order (the generator picks by index).
+    pub const ALL: [WriteKind; 7] = [
+        WriteKind::LedgerInfo,
+        WriteKind::Cursor,
+        WriteKind::Schema,
+        WriteKind::Registry,
+        WriteKind::Switch,
+        WriteKind::Ownership,
+        WriteKind::Any,
+    ];
+
+    /// The path fragment a write of this kind contains, as
+    /// [`RecordingStore::fail_writes_matching`] matches it.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            // Managed-ledger nodes are `/managed-ledgers/<name>`, cursors
+            // `/managed-ledgers/<name>/<cursor>` (the nemesis's cursors are
+            // all named `sub`): the first kind matches both.
+            WriteKind::LedgerInfo => "/managed-ledgers/",
+            WriteKind::Cursor => "/sub",
+            WriteKind::Schema => "/schemas/",
+            // Switch records live under the registry's root too.
+            WriteKind::Registry => "/admin/bookie-clusters",
+            WriteKind::Switch => "/orchestrator/",
+            WriteKind::Ownership => "/topic-owners/",
+            WriteKind::Any => "/",
+        }
+    }
+}
+
+/// One node's view of the metadata store: its own session, the gate and the
+/// recorder, innermost first.
+#[derive(Debug, Clone)]
+pub struct NodeStore {
+    /// The node's session on the shared tree (expire it for a session fault).
+    pub session: MemoryStore,
+    /// Connection loss.
+    pub gate: Arc<Gate>,
+    /// Ambiguous and failed writes.
+    pub recorder: Arc<RecordingStore>,
+}
+
+impl NodeStore {
+    /// A new session on `root`'s tree, connected, without faults.
+    pub fn new(root: &MemoryStore) -> NodeStore {
+        let session = root.new_session();
+        let gate = Arc::new(Gate::new(Arc::new(session.clone())));
+        let recorder = Arc::new(RecordingStore::new(gate.clone()));
+        NodeStore {
+            session,
+            gate,
+            recorder,
+        }
+    }
+
+    /// What the node is given.
+    pub fn store(&self) -> Arc<dyn MetadataStore> {
+        self.recorder.clone()
+    }
+
+    /// Makes the next `count` writes of `kind` ambiguous: applied, then
+    /// answered `Unavailable`.
+    pub fn ambiguous_writes(&self, kind: WriteKind, count: usize) {
+        self.recorder.fail_writes_matching(
+            kind.pattern(),
+            count,
+            InjectedFailure::AppliedThenUnavailable,
+        );
+    }
+
+    /// Makes the next `count` writes of `kind` ambiguous with a connection
+    /// loss of `outage` right after (see [`Gate::ambiguous_then_down`]).
+    pub fn ambiguous_then_down(&self, kind: WriteKind, count: usize, outage: Duration) {
+        self.gate.ambiguous_then_down(kind.pattern(), count, outage);
+    }
+
+    /// Makes the next `count` writes of `kind` fail (not applied).
+    pub fn failed_writes(&self, kind: WriteKind, count: usize) {
+        self.recorder
+            .fail_writes_matching(kind.pattern(), count, InjectedFailure::Unavailable);
+    }
+
+    /// Removes every fault: connected, no injected write failure.
+    pub fn heal(&self) {
+        self.gate.set_down(false);
+        self.gate.clear();
+        self.recorder.clear_faults();
+        self.recorder.clear();
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The long nemesis run, outside CI: 10,000 random histories on the embedded
+# stack and 30 on real ZooKeeper and real bookies (docs/RELIABILITY.md, the
+# nemesis section, records the figures).
+#
+#   scripts/nemesis-long.sh                 # everything
+#   NEMESIS_EMBEDDED=2000 NEMESIS_REAL=0 scripts/nemesis-long.sh
+#
+# Every failing history is printed with its seed and the one-line command
+# that replays it. Logs go to target/nemesis-long/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+EMBEDDED=${NEMESIS_EMBEDDED:-10000}
+REAL=${NEMESIS_REAL:-30}
+FIRST=${NEMESIS_FIRST_SEED:-100000}
+LOGS=${CARGO_TARGET_DIR:-target}/nemesis-long
+mkdir -p "$LOGS"
+
+cargo build --release -p bkswitch-nemesis --bin nemesis || exit 1
+BIN=${CARGO_TARGET_DIR:-target}/release/nemesis
+
+status=0
+if [ "$EMBEDDED" -gt 0 ]; then
+    echo "== $EMBEDDED embedded histories from seed $FIRST"
+    "$BIN" run --stack embedded --histories "$EMBEDDED" --seed "$FIRST" \
+        | tee "$LOGS/embedded.log" | grep -E "^(history|  replay|Totals)" || true
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$REAL" -gt 0 ]; then
+    echo "== $REAL histories on real ZooKeeper and bookies from seed $FIRST"
+    BKSWITCH_REQUIRE_ZK=1 BKSWITCH_REQUIRE_BK=1 \
+        "$BIN" run --stack real --histories "$REAL" --seed "$FIRST" \
+        | tee "$LOGS/real.log" | grep -E "^(history|  replay|Totals)" || true
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+exit $status
