@@ -614,8 +614,14 @@ mod tests {
         too_many.ack_quorum_size = 33;
         too_many.ensembles[0].bookies = (0..65).map(|i| format!("b{i}:3181")).collect();
         for (r, needle) in [
-            (&ack_above_write, "ack quorum 3 is larger than the write quorum 2"),
-            (&write_above_ensemble, "write quorum 4 is larger than the ensemble size 3"),
+            (
+                &ack_above_write,
+                "ack quorum 3 is larger than the write quorum 2",
+            ),
+            (
+                &write_above_ensemble,
+                "write quorum 4 is larger than the ensemble size 3",
+            ),
             (&too_many, "ensemble size 65 is over the 64 bookies"),
         ] {
             let path = m.ledger_path(r.ledger_id);
