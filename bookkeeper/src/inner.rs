@@ -36,7 +36,7 @@ pub(crate) struct ClientInner {
     conns: Mutex<HashMap<String, Arc<BookieConn>>>,
     quarantine: Mutex<HashMap<String, std::time::Instant>>,
     /// The bookies' racks (empty: unknown) and when they were read.
-    racks: Mutex<(Arc<HashMap<String, String>>, Option<std::time::Instant>)>,
+    racks: Mutex<(Racks, Option<std::time::Instant>)>,
     closed: AtomicBool,
     owns_store: bool,
 }
@@ -259,6 +259,9 @@ impl ClientInner {
         Ok(chosen)
     }
 }
+
+/// Bookie id → rack.
+type Racks = Arc<HashMap<String, String>>;
 
 /// The rack of a bookie the rack information does not list (Pulsar's
 /// `/default-rack`).
