@@ -200,7 +200,10 @@ impl WriterShared {
         )
     }
 
-    #[allow(clippy::too_many_arguments, reason = "one call per kind of add, all named")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call per kind of add, all named"
+    )]
     /// Queues entry `entry` (checks done by the caller) and returns its sends.
     /// A `held` entry (waiting for the budget of add bytes in flight) keeps the
     /// caller's payload and is framed when it is let through.

@@ -42,9 +42,6 @@ use tracing::{debug, warn};
 
 use super::codec::{decode_response, split_frame, Response};
 
-static DIRECT: std::sync::LazyLock<bool> =
-    std::sync::LazyLock::new(|| std::env::var_os("BKSWITCH_DIRECT_WRITE").is_some());
-
 /// How a request is matched to its response: `(opcode, ledger id, entry id)`.
 pub(crate) type Key = (u8, i64, i64);
 
@@ -417,26 +414,6 @@ impl Live {
         // idle writer is woken at once, and requests queued while it writes go
         // out together in its next write (as Netty's channel does for the Java
         // client), so that a bookie reads many requests per wake-up.
-        if !pending.flushing && *DIRECT {
-            // TEMPORARY: the former direct write, for the baseline measurement.
-            match self.write.try_write(&frame) {
-                Ok(n) if n == frame.len() => {
-                    self.stats.frames.fetch_add(1, Ordering::Relaxed);
-                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
-                    self.stats.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Ok(n) => {
-                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
-                    pending.out.extend_from_slice(&frame[n..]);
-                    pending.queued_frames += 1;
-                    pending.flushing = true;
-                    self.wake_writer.notify_one();
-                    return Ok(());
-                }
-                Err(_) => {}
-            }
-        }
         pending.out.extend_from_slice(&frame);
         pending.queued_frames += 1;
         if !pending.flushing {
