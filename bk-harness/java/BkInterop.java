@@ -38,6 +38,8 @@
  *   benchAdd {entries, size, inflight, ensemble, writeQuorum, ackQuorum, digest?, password?}
  *            -> {ledgerId, entries, seconds, entriesPerSec, mibPerSec, p50Micros, p99Micros}
  *   benchRead {ledgerId, batch, digest?, password?} -> {entries, seconds, entriesPerSec, mibPerSec}
+ *   benchRandomRead {ledgerId, count, inflight, digest?, password?}
+ *            -> {entries, seconds, entriesPerSec, mibPerSec}   (single entries at random ids)
  *   ping     {} -> {}
  *   quit     {} -> {} and the process exits
  * Digests: "CRC32", "CRC32C" (default), "MAC", "DUMMY". Passwords default to empty.
@@ -263,6 +265,8 @@ public final class BkInterop {
                 return benchAdd(cmd);
             case "benchRead":
                 return benchRead(cmd);
+            case "benchRandomRead":
+                return benchRandomRead(cmd);
             default:
                 throw new HelperException("unknown command " + name);
         }
@@ -545,6 +549,48 @@ public final class BkInterop {
         r.put("seconds", seconds);
         r.put("entriesPerSec", count / seconds);
         r.put("mibPerSec", bytes / (1024.0 * 1024.0) / seconds);
+        return r;
+    }
+
+    private ObjectNode benchRandomRead(JsonNode cmd) throws Exception {
+        long id = longValue(cmd, "ledgerId");
+        int count = Math.max(1, integer(cmd, "count", 1000));
+        int inflight = Math.max(1, integer(cmd, "inflight", 64));
+        LedgerHandle lh = bk.openLedgerNoRecovery(id, digest(cmd), bytes(cmd, "password"));
+        long lac = lh.getLastAddConfirmed();
+        Random random = new Random(7);
+        Semaphore window = new Semaphore(inflight);
+        CountDownLatch done = new CountDownLatch(count);
+        AtomicInteger failure = new AtomicInteger(BKException.Code.OK);
+        java.util.concurrent.atomic.AtomicLong bytes = new java.util.concurrent.atomic.AtomicLong();
+        long start = System.nanoTime();
+        for (int i = 0; i < count; i++) {
+            window.acquire();
+            long entry = (long) (random.nextDouble() * (lac + 1));
+            lh.asyncReadEntries(entry, entry, (rc, h, seq, ctx) -> {
+                if (rc != BKException.Code.OK) {
+                    failure.compareAndSet(BKException.Code.OK, rc);
+                } else {
+                    while (seq.hasMoreElements()) {
+                        bytes.addAndGet(seq.nextElement().getEntry().length);
+                    }
+                }
+                window.release();
+                done.countDown();
+            }, null);
+        }
+        done.await();
+        long elapsed = System.nanoTime() - start;
+        lh.close();
+        if (failure.get() != BKException.Code.OK) {
+            throw BKException.create(failure.get());
+        }
+        double seconds = Math.max(elapsed, 1) / 1e9;
+        ObjectNode r = ok();
+        r.put("entries", count);
+        r.put("seconds", seconds);
+        r.put("entriesPerSec", count / seconds);
+        r.put("mibPerSec", bytes.get() / (1024.0 * 1024.0) / seconds);
         return r;
     }
 

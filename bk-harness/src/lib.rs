@@ -10,7 +10,8 @@ mod pulsar;
 mod zk;
 
 pub use cluster::{
-    shared, unique_ledgers_root, BkCluster, BkClusterBuilder, LAYOUT, START_TIMEOUT, ZK_TIMEOUT_MS,
+    shared, unique_ledgers_root, BkCluster, BkClusterBuilder, ProcessUsage, LAYOUT, START_TIMEOUT,
+    ZK_TIMEOUT_MS,
 };
 pub use install::{
     bk_available, java_binary, java_cache_dir, javac_binary, lib_dir, require_bk, BK_VERSION,

@@ -141,11 +141,11 @@ impl BookKeeperClient {
         let meta = ClusterMeta::open(store.clone(), &name, &uri).await?;
         let bookies = Bookies::start(store, meta.root(), &name).await?;
         info!(cluster = %name, uri = %uri, layout = ?meta.kind(), bookies = ?bookies.current().writable, "BookKeeper client ready");
-        Ok(BookKeeperClient {
-            inner: Arc::new(ClientInner::new(
-                name, uri, config, meta, bookies, runtime, owns_store,
-            )),
-        })
+        let inner = Arc::new(ClientInner::new(
+            name, uri, config, meta, bookies, runtime, owns_store,
+        ));
+        inner.refresh_racks().await;
+        Ok(BookKeeperClient { inner })
     }
 
     /// The metadata-service URI.
@@ -156,6 +156,24 @@ impl BookKeeperClient {
     /// The settings.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// What this client's bookie connections have written so far: requests,
+    /// write system calls and bytes (requests per write shows how well they
+    /// are coalesced).
+    pub fn wire_counts(&self) -> crate::WireCounts {
+        self.inner.wire_stats.snapshot()
+    }
+
+    /// Requests this client has sent so far, by bookie id.
+    pub fn requests_by_bookie(&self) -> std::collections::BTreeMap<String, u64> {
+        self.inner.requests_by_bookie()
+    }
+
+    /// Bytes of adds in flight now (sent or waiting to be, not yet
+    /// acknowledged), bounded by [`ClientConfig::max_add_bytes_in_flight`].
+    pub fn add_bytes_in_flight(&self) -> usize {
+        self.inner.add_budget.in_flight()
     }
 
     /// The bookies as last seen (kept current by a watch on their registrations).

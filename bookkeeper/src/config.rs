@@ -49,6 +49,38 @@ pub struct ClientConfig {
     /// How long a bookie that could not be reached is placed last when choosing
     /// new ensembles (10 s).
     pub bookie_quarantine: Duration,
+    /// Bytes of adds in flight (sent and not yet acknowledged) the client
+    /// allows across all its ledgers: an add over the budget waits until
+    /// earlier adds are acknowledged (backpressure) instead of growing the
+    /// connections' buffers. Default 256 MiB. (The Java client has no such
+    /// bound; Pulsar bounds pending adds per managed ledger.)
+    pub max_add_bytes_in_flight: usize,
+    /// Entries a range read asks for at once: the next entry is asked for as
+    /// soon as one arrives. Default 256.
+    pub read_window: usize,
+    /// Entries a recovery reads ahead and writes back at once (Java's
+    /// `recoveryReadBatchSize` bounds the reads only). Default 64. A recovery's
+    /// memory is bounded by this many entries, whatever the ledger's length.
+    pub recovery_window: usize,
+    /// Whether reads of a ledger whose write quorum is its ensemble ask the
+    /// same bookie first for every entry (Java's `stickyReadsEnabled`, Pulsar's
+    /// `bookkeeperEnableStickyReads`, on by default in Pulsar, as here), which
+    /// lets the bookie's read-ahead serve sequential reads.
+    pub sticky_reads: bool,
+    /// How long a read waits for a replica before also asking the next one
+    /// (Java's `speculativeReadTimeout`, Pulsar's
+    /// `bookkeeperClientSpeculativeReadTimeoutInMillis`); the first good answer
+    /// wins. Zero (the default, as Pulsar's) turns speculative reads off: the
+    /// next replica is asked only when one fails or times out (`read_timeout`).
+    pub speculative_read_timeout: Duration,
+    /// Where the bookies' rack information is in the metadata store, for
+    /// rack-aware placement (Pulsar's `bookkeeperClientRackawarePolicyEnabled`
+    /// with its `BookieRackAffinityMapping`, which reads `/bookies`: JSON
+    /// `{"<group>": {"<bookie id>": {"rack": "/r1", …}, …}, …}`). New ensembles
+    /// and replacements then spread over racks: each next bookie comes from the
+    /// rack least used so far. `None` (the default) or a missing node: random
+    /// placement. Re-read when older than 30 s.
+    pub rack_info_path: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -64,6 +96,12 @@ impl Default for ClientConfig {
             zk_operation_timeout: Duration::from_secs(10),
             max_ensemble_changes: 1_000,
             bookie_quarantine: Duration::from_secs(10),
+            max_add_bytes_in_flight: 256 << 20,
+            read_window: 256,
+            recovery_window: 64,
+            sticky_reads: true,
+            speculative_read_timeout: Duration::ZERO,
+            rack_info_path: None,
         }
     }
 }
@@ -102,6 +140,44 @@ impl ClientConfig {
     /// Store (or not) the creation time in new ledgers' metadata.
     pub fn with_store_ctime(mut self, on: bool) -> Self {
         self.store_ctime = on;
+        self
+    }
+
+    /// Set the bytes of adds in flight the client allows (at least one entry is
+    /// always let through).
+    pub fn with_max_add_bytes_in_flight(mut self, bytes: usize) -> Self {
+        self.max_add_bytes_in_flight = bytes;
+        self
+    }
+
+    /// Set how many entries a range read asks for at once.
+    pub fn with_read_window(mut self, entries: usize) -> Self {
+        self.read_window = entries;
+        self
+    }
+
+    /// Set how many entries a recovery reads ahead and writes back at once.
+    pub fn with_recovery_window(mut self, entries: usize) -> Self {
+        self.recovery_window = entries;
+        self
+    }
+
+    /// Turn sticky reads on or off.
+    pub fn with_sticky_reads(mut self, on: bool) -> Self {
+        self.sticky_reads = on;
+        self
+    }
+
+    /// Set the speculative read timeout (zero: off).
+    pub fn with_speculative_read_timeout(mut self, timeout: Duration) -> Self {
+        self.speculative_read_timeout = timeout;
+        self
+    }
+
+    /// Place ensembles over racks, reading the bookies' racks from `path`
+    /// (Pulsar keeps them at `/bookies`).
+    pub fn with_rack_info_path(mut self, path: impl Into<String>) -> Self {
+        self.rack_info_path = Some(path.into());
         self
     }
 

@@ -15,7 +15,7 @@ use crate::bookies::Bookies;
 use crate::config::ClientConfig;
 use crate::meta::{zk_error, ClusterMeta};
 use crate::uri::MetadataServiceUri;
-use crate::wire::conn::{BookieConn, ConnSettings, Resolver};
+use crate::wire::conn::{BookieConn, ConnSettings, Resolver, WireStats};
 
 /// The largest ensemble this client handles (acknowledgements are tracked in a
 /// 64-bit mask).
@@ -29,8 +29,14 @@ pub(crate) struct ClientInner {
     pub(crate) meta: ClusterMeta,
     pub(crate) bookies: Arc<Bookies>,
     pub(crate) runtime: Handle,
+    /// What the client's connections have written.
+    pub(crate) wire_stats: Arc<WireStats>,
+    /// The budget of add bytes in flight.
+    pub(crate) add_budget: AddBudget,
     conns: Mutex<HashMap<String, Arc<BookieConn>>>,
     quarantine: Mutex<HashMap<String, std::time::Instant>>,
+    /// The bookies' racks (empty: unknown) and when they were read.
+    racks: Mutex<(Racks, Option<std::time::Instant>)>,
     closed: AtomicBool,
     owns_store: bool,
 }
@@ -45,6 +51,7 @@ impl ClientInner {
         runtime: Handle,
         owns_store: bool,
     ) -> ClientInner {
+        let add_budget = AddBudget::new(config.max_add_bytes_in_flight);
         ClientInner {
             name,
             uri,
@@ -52,8 +59,11 @@ impl ClientInner {
             meta,
             bookies,
             runtime,
+            wire_stats: Arc::default(),
+            add_budget,
             conns: Mutex::new(HashMap::new()),
             quarantine: Mutex::new(HashMap::new()),
+            racks: Mutex::new((Arc::default(), None)),
             closed: AtomicBool::new(false),
             owns_store,
         }
@@ -65,6 +75,8 @@ impl ClientInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // Adds waiting for the budget give up (their writers fail them).
+        self.add_budget.semaphore.close();
         let conns: Vec<_> = self.conns.lock().drain().map(|(_, c)| c).collect();
         for c in conns {
             c.shutdown();
@@ -116,12 +128,22 @@ impl ClientInner {
             ConnSettings {
                 connect_timeout: self.config.connect_timeout,
                 sweep_interval: sweep_interval(&self.config),
+                stats: self.wire_stats.clone(),
             },
             resolver,
             self.runtime.clone(),
         );
         conns.insert(bookie.to_owned(), conn.clone());
         conn
+    }
+
+    /// Requests sent so far, by bookie.
+    pub(crate) fn requests_by_bookie(&self) -> std::collections::BTreeMap<String, u64> {
+        self.conns
+            .lock()
+            .iter()
+            .map(|(b, c)| (b.clone(), c.requests_sent()))
+            .collect()
     }
 
     /// Remembers that `bookie` could not be reached: new ensembles avoid it for
@@ -132,9 +154,50 @@ impl ClientInner {
         self.quarantine.lock().insert(bookie.to_owned(), until);
     }
 
+    /// Reads the bookies' racks from [`ClientConfig::rack_info_path`] (nothing
+    /// without one; an empty map when the node is missing or unreadable).
+    pub(crate) async fn refresh_racks(&self) {
+        let Some(path) = &self.config.rack_info_path else {
+            return;
+        };
+        let racks = match self.meta.store().get(path).await {
+            Ok(Some(found)) => parse_racks(&found.value),
+            Ok(None) => HashMap::new(),
+            Err(e) => {
+                tracing::warn!(cluster = %self.name, %path, error = %e, "cannot read the bookies' racks; placing at random");
+                HashMap::new()
+            }
+        };
+        *self.racks.lock() = (Arc::new(racks), Some(std::time::Instant::now()));
+    }
+
+    /// The racks as last read; starts a re-read when they are older than 30 s.
+    fn racks(self: &Arc<Self>) -> Arc<HashMap<String, String>> {
+        if self.config.rack_info_path.is_none() {
+            return Arc::default();
+        }
+        let mut racks = self.racks.lock();
+        let stale = racks
+            .1
+            .is_none_or(|at| at.elapsed() > Duration::from_secs(30));
+        if stale {
+            // One re-read at a time: mark it fresh now.
+            racks.1 = Some(std::time::Instant::now());
+            let this = self.clone();
+            self.runtime
+                .spawn(async move { this.refresh_racks().await });
+        }
+        racks.0.clone()
+    }
+
     /// `count` writable bookies, none of `exclude`, in random order; bookies in
-    /// quarantine come last.
-    pub(crate) fn place(&self, count: usize, exclude: &[String]) -> Result<Vec<String>, BkError> {
+    /// quarantine come last. With racks known, each next bookie comes from the
+    /// rack least used so far (counting `exclude`, the rest of the ensemble).
+    pub(crate) fn place(
+        self: &Arc<Self>,
+        count: usize,
+        exclude: &[String],
+    ) -> Result<Vec<String>, BkError> {
         let set = self.bookies.current();
         let mut candidates: Vec<&String> = set
             .writable
@@ -167,7 +230,95 @@ impl ClientInner {
             )
             .with_cluster(&self.name));
         }
-        Ok(candidates.into_iter().take(count).cloned().collect())
+        let racks = self.racks();
+        if racks.is_empty() {
+            return Ok(candidates.into_iter().take(count).cloned().collect());
+        }
+        let rack_of = |b: &str| racks.get(b).map_or(DEFAULT_RACK, String::as_str);
+        let mut used: HashMap<&str, usize> = HashMap::new();
+        for b in exclude {
+            *used.entry(rack_of(b)).or_default() += 1;
+        }
+        let mut chosen = Vec::with_capacity(count);
+        while chosen.len() < count {
+            let (at, _) = candidates
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, b)| {
+                    (
+                        quarantined.contains(**b),
+                        used.get(rack_of(b)).copied().unwrap_or(0),
+                        *i,
+                    )
+                })
+                .expect("enough candidates, checked above");
+            let b = candidates.remove(at);
+            *used.entry(rack_of(b)).or_default() += 1;
+            chosen.push(b.clone());
+        }
+        Ok(chosen)
+    }
+}
+
+/// Bookie id → rack.
+type Racks = Arc<HashMap<String, String>>;
+
+/// The rack of a bookie the rack information does not list (Pulsar's
+/// `/default-rack`).
+const DEFAULT_RACK: &str = "/default-rack";
+
+/// Bookie id → rack, from Pulsar's `BookiesRackConfiguration` JSON
+/// (`{"<group>": {"<bookie id>": {"rack": "/r1", …}}}`); what is not in that
+/// shape is skipped.
+fn parse_racks(bytes: &[u8]) -> HashMap<String, String> {
+    let mut racks = HashMap::new();
+    let Ok(serde_json::Value::Object(groups)) = serde_json::from_slice(bytes) else {
+        return racks;
+    };
+    for (_, group) in groups {
+        let serde_json::Value::Object(bookies) = group else {
+            continue;
+        };
+        for (bookie, info) in bookies {
+            if let Some(rack) = info.get("rack").and_then(|r| r.as_str()) {
+                racks.insert(bookie, rack.to_owned());
+            }
+        }
+    }
+    racks
+}
+
+/// The client's budget of add bytes in flight
+/// ([`ClientConfig::max_add_bytes_in_flight`]): one permit per byte, taken by an
+/// add when it is sent and given back when the ack quorum has it (or it leaves
+/// the writer: failed or closed).
+pub(crate) struct AddBudget {
+    pub(crate) semaphore: Arc<tokio::sync::Semaphore>,
+    total: u32,
+}
+
+impl AddBudget {
+    fn new(bytes: usize) -> AddBudget {
+        let total =
+            u32::try_from(bytes.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+        AddBudget {
+            semaphore: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            total,
+        }
+    }
+
+    /// The permits an entry of `len` payload bytes takes: its size with the
+    /// frame's overhead, and never more than the whole budget (one entry
+    /// larger than the budget goes alone).
+    pub(crate) fn cost(&self, len: usize) -> u32 {
+        u32::try_from(len.saturating_add(64))
+            .unwrap_or(u32::MAX)
+            .min(self.total)
+    }
+
+    /// The bytes in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.total as usize - self.semaphore.available_permits()
     }
 }
 

@@ -29,3 +29,4 @@ pub use meta::format::{
 };
 pub use meta::layout::LedgerManagerKind;
 pub use uri::{LayoutChoice, MetadataServiceUri, SUPPORTED_SCHEMES};
+pub use wire::conn::{WireCounts, WireStats};

@@ -216,6 +216,62 @@ impl BkCluster {
         self.with(i, |b| b.id.clone())
     }
 
+    /// The process id of bookie `i`'s JVM (`None` when it is not running).
+    ///
+    /// # Panics
+    ///
+    /// When there is no bookie `i`.
+    pub fn bookie_pid(&self, i: usize) -> Option<u32> {
+        let wrapper = self.with(i, |b| b.process.as_ref().map(|p| p.wrapper_id()))?;
+        child_of(wrapper)
+    }
+
+    /// What the running bookies' JVMs have used so far, summed: CPU time and
+    /// read / write system calls (from `/proc/<pid>/stat` and `/proc/<pid>/io`).
+    /// The difference of two samples gives the bookies' cost of what ran
+    /// between them.
+    pub fn bookie_usage(&self) -> ProcessUsage {
+        let mut total = ProcessUsage::default();
+        for i in 0..self.bookie_count() {
+            if let Some(pid) = self.bookie_pid(i) {
+                total = total + ProcessUsage::of(pid);
+            }
+        }
+        total
+    }
+
+    /// Stops bookie `i`'s JVM for a moment (`SIGSTOP`, as a long pause would):
+    /// it keeps its connections and its registration but answers nothing until
+    /// [`resume`](Self::resume).
+    ///
+    /// # Panics
+    ///
+    /// When there is no bookie `i` or it is not running.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "STOP");
+    }
+
+    /// Lets bookie `i` run again after [`pause`](Self::pause) (`SIGCONT`).
+    ///
+    /// # Panics
+    ///
+    /// When there is no bookie `i` or it is not running.
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "CONT");
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self
+            .bookie_pid(i)
+            .unwrap_or_else(|| panic!("bookie {i} is not running"));
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
     /// Bookie `i`'s port on `127.0.0.1`.
     ///
     /// # Panics
@@ -750,4 +806,99 @@ pub fn shared() -> &'static BkCluster {
         Ok(cluster) => cluster,
         Err(message) => panic!("the shared BookKeeper cluster is unavailable: {message}"),
     }
+}
+
+/// What a process has used so far: CPU time, read and write system calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessUsage {
+    /// User + system CPU time, in seconds.
+    pub cpu_seconds: f64,
+    /// Read system calls (`syscr` of `/proc/<pid>/io`).
+    pub read_calls: u64,
+    /// Write system calls (`syscw`).
+    pub write_calls: u64,
+}
+
+impl ProcessUsage {
+    /// The usage of process `pid` (zeros for what cannot be read).
+    pub fn of(pid: u32) -> ProcessUsage {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_name = stat.rsplit(')').next().unwrap_or_default();
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+        let io_field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        ProcessUsage {
+            // utime and stime, fields 14 and 15 of the line (11 and 12 after the
+            // name), in clock ticks of 1/100 s.
+            cpu_seconds: (ticks(11) + ticks(12)) / 100.0,
+            read_calls: io_field("syscr:"),
+            write_calls: io_field("syscw:"),
+        }
+    }
+
+    /// This process's usage.
+    pub fn current() -> ProcessUsage {
+        ProcessUsage::of(std::process::id())
+    }
+}
+
+impl std::ops::Add for ProcessUsage {
+    type Output = ProcessUsage;
+    fn add(self, o: ProcessUsage) -> ProcessUsage {
+        ProcessUsage {
+            cpu_seconds: self.cpu_seconds + o.cpu_seconds,
+            read_calls: self.read_calls + o.read_calls,
+            write_calls: self.write_calls + o.write_calls,
+        }
+    }
+}
+
+impl std::ops::Sub for ProcessUsage {
+    type Output = ProcessUsage;
+    fn sub(self, o: ProcessUsage) -> ProcessUsage {
+        ProcessUsage {
+            cpu_seconds: self.cpu_seconds - o.cpu_seconds,
+            read_calls: self.read_calls.saturating_sub(o.read_calls),
+            write_calls: self.write_calls.saturating_sub(o.write_calls),
+        }
+    }
+}
+
+/// The program under a guard's wrapper: the child of `parent` that is not a
+/// shell (the wrapper's watcher is one).
+fn child_of(parent: u32) -> Option<u32> {
+    let not_shell = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() != "sh")
+    };
+    if let Ok(children) = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+    {
+        return children
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .find(not_shell);
+    }
+    // Without CONFIG_PROC_CHILDREN: the processes whose parent it is.
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let ppid: u32 = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == parent && not_shell(&pid)).then_some(pid)
+    })
 }

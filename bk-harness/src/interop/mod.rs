@@ -560,6 +560,27 @@ impl JavaClient {
         parse(self.call(json!({ "cmd": "benchRead", "ledgerId": ledger_id, "batch": batch }))?)
     }
 
+    /// Measures random reads: `count` single entries at random ids of the
+    /// ledger (opened as [`bench_read`](Self::bench_read) does), `inflight` at a
+    /// time.
+    ///
+    /// # Errors
+    ///
+    /// As [`bench_read`](Self::bench_read).
+    pub fn bench_random_read(
+        &self,
+        ledger_id: i64,
+        count: u32,
+        inflight: u32,
+    ) -> Result<BenchReadResult, JavaError> {
+        parse(self.call(json!({
+            "cmd": "benchRandomRead",
+            "ledgerId": ledger_id,
+            "count": count,
+            "inflight": inflight,
+        }))?)
+    }
+
     /// Ends the session: asks the helper to quit, then closes it (its JVM is
     /// killed if it did not exit).
     pub fn quit(self) {

@@ -173,7 +173,11 @@ fn resend_replaced(st: &mut WriteState, replaced: &[usize]) -> Vec<Send> {
 fn unsent(st: &mut WriteState) -> Vec<Send> {
     let record = st.record.clone();
     let mut sends = Vec::new();
-    for (entry, p) in st.pending.iter_mut().filter(|(_, p)| !p.sent) {
+    for (entry, p) in st
+        .pending
+        .iter_mut()
+        .filter(|(_, p)| !p.sent && p.held.is_none())
+    {
         p.sent = true;
         sends.extend(sends_for(&record, *entry, p, None));
     }

@@ -22,6 +22,9 @@ pub(crate) struct LedgerCtx {
     pub(crate) ledger_id: LedgerId,
     pub(crate) digest: DigestManager,
     pub(crate) master_key: [u8; MASTER_KEY_LEN],
+    /// The ensemble index sticky reads ask first (random at first, moved on
+    /// when that bookie fails).
+    pub(crate) sticky: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for LedgerCtx {
@@ -46,6 +49,7 @@ impl LedgerCtx {
             ledger_id,
             digest: DigestManager::new(digest_type, password),
             master_key: master_key(password),
+            sticky: std::sync::atomic::AtomicUsize::new(fastrand::usize(..1 << 16)),
         })
     }
 

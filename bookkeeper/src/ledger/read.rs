@@ -109,7 +109,12 @@ pub(crate) async fn read_from(
     }
 }
 
-/// Reads one entry from its write set, one replica after another.
+/// Reads one entry from its write set, one replica after another: the next
+/// replica is asked when one fails or says it lacks the entry, or, with
+/// [`ClientConfig::speculative_read_timeout`](crate::ClientConfig::speculative_read_timeout),
+/// when one has not answered in that time (the first good answer wins). With
+/// sticky reads (Java's `stickyReadsEnabled`) and a write quorum equal to the
+/// ensemble, every read of the handle asks the same bookie first.
 pub(crate) async fn read_entry(
     ctx: &LedgerCtx,
     record: &LedgerRecord,
@@ -119,24 +124,68 @@ pub(crate) async fn read_entry(
     let mut missing = 0usize;
     let mut missing_ledger = 0usize;
     let mut last_error: Option<BkError> = None;
-    let replicas = write_set(entry_id, record.ensemble_size, record.write_quorum_size);
-    for index in &replicas {
-        match read_from(ctx, &ensemble[*index], entry_id, 0).await {
-            ReadAnswer::Entry(v) => {
-                return Ok(LedgerEntry {
-                    entry_id,
-                    data: v.payload,
-                })
+    let mut replicas = write_set(entry_id, record.ensemble_size, record.write_quorum_size);
+    let sticky = ctx.client.config.sticky_reads
+        && record.write_quorum_size == record.ensemble_size
+        && !replicas.is_empty();
+    if sticky {
+        let first = ctx.sticky.load(std::sync::atomic::Ordering::Relaxed) % replicas.len();
+        if let Some(at) = replicas.iter().position(|i| *i == first) {
+            replicas.rotate_left(at);
+        }
+    }
+    let speculative = ctx.client.config.speculative_read_timeout;
+    let ask =
+        |index: usize| async move { (index, read_from(ctx, &ensemble[index], entry_id, 0).await) };
+    let mut asks = FuturesUnordered::new();
+    asks.push(ask(replicas[0]));
+    let mut next = 1;
+    loop {
+        let speculate = !speculative.is_zero() && next < replicas.len();
+        let timer = async {
+            if speculate {
+                tokio::time::sleep(speculative).await;
+            } else {
+                futures::future::pending::<()>().await;
             }
-            ReadAnswer::Missing { missing_ledger: l } => {
-                missing += 1;
-                missing_ledger += usize::from(l);
-            }
-            ReadAnswer::Error(e) => {
-                if e.kind() == BkErrorKind::ClientClosed {
-                    return Err(e);
+        };
+        tokio::select! {
+            Some((index, answer)) = asks.next() => {
+                match answer {
+                    ReadAnswer::Entry(v) => {
+                        return Ok(LedgerEntry {
+                            entry_id,
+                            data: v.payload,
+                        })
+                    }
+                    ReadAnswer::Missing { missing_ledger: l } => {
+                        missing += 1;
+                        missing_ledger += usize::from(l);
+                    }
+                    ReadAnswer::Error(e) => {
+                        if e.kind() == BkErrorKind::ClientClosed {
+                            return Err(e);
+                        }
+                        if sticky {
+                            // Stick to another bookie from now on.
+                            ctx.sticky.store(
+                                (index + 1) % record.ensemble_size as usize,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                        }
+                        last_error = Some(e);
+                    }
                 }
-                last_error = Some(e);
+                if next < replicas.len() {
+                    asks.push(ask(replicas[next]));
+                    next += 1;
+                } else if asks.is_empty() {
+                    break;
+                }
+            }
+            () = timer => {
+                asks.push(ask(replicas[next]));
+                next += 1;
             }
         }
     }
@@ -162,14 +211,23 @@ pub(crate) async fn read_entry(
     })
 }
 
-/// Reads `first..=last` (checked by the caller), all entries in parallel.
+/// Reads `first..=last` (checked by the caller) through a window: at most
+/// [`ClientConfig::read_window`](crate::ClientConfig::read_window) entries are
+/// asked for at once, the next one as soon as one arrives, in order.
 pub(crate) async fn read_range(
     ctx: &LedgerCtx,
     record: &LedgerRecord,
     first: EntryId,
     last: EntryId,
 ) -> Result<Vec<LedgerEntry>, BkError> {
-    futures::future::try_join_all((first..=last).map(|e| read_entry(ctx, record, e))).await
+    let window = ctx.client.config.read_window.max(1);
+    let mut out = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0).min(1 << 16));
+    let mut reads =
+        futures::stream::iter((first..=last).map(|e| read_entry(ctx, record, e))).buffered(window);
+    while let Some(entry) = reads.next().await {
+        out.push(entry?);
+    }
+    Ok(out)
 }
 
 /// What a last-add-confirmed read found.

@@ -9,7 +9,9 @@
 //!    write set; an entry that `WQ − AQ + 1` bookies do not have was never
 //!    acknowledged and ends the ledger; each entry found is written back (a
 //!    recovery add, replacing dead bookies locally if needed) so that it is on a
-//!    full write quorum;
+//!    full write quorum. Reads run ahead and write-backs follow through one
+//!    window of `ClientConfig::recovery_window` entries, so a recovery's
+//!    memory does not grow with the length of the tail it recovers;
 //! 4. the metadata is closed at the last entry recovered, with its length and
 //!    any new ensemble, by compare-and-set. A concurrent recovery that closed it
 //!    first wins, and its result is adopted.
@@ -22,7 +24,7 @@
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BkError, BkErrorKind, EntryId, LedgerState};
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 
 use super::read::{
     length_at_lac, read_from, read_lac, LacRead, LedgerReader, ReadAnswer, RECOVERY_READ_FLAGS,
@@ -128,30 +130,54 @@ pub(crate) async fn recover(
     let length = length_at_lac(&ctx, &record, start).await?;
     let writer = WriterShared::recovery(ctx.clone(), record.clone(), version, start.lac, length);
 
-    let mut adds = Vec::new();
+    // Read ahead and write back through one window: at most `recovery_window`
+    // entries are being read or written back at once, so that memory does not
+    // grow with the ledger's length. Entries are taken in order; the first one
+    // proven absent ends the ledger and the reads beyond it are dropped.
+    let window = ctx.client.config.recovery_window.max(1);
+    let mut reads = FuturesOrdered::new();
+    let mut adds = FuturesOrdered::new();
+    let mut next_read = start.lac + 1;
     let mut next = start.lac + 1;
+    let mut ended = false;
     loop {
-        match recovery_read(&ctx, &record, next).await {
-            Ok(Recovered::Found(v)) => {
-                adds.push(writer.add_recovered(next, &v.payload, v.header.length.max(0) as u64));
-                next += 1;
+        while !ended && reads.len() + adds.len() < window {
+            reads.push_back(recovery_read(&ctx, &record, next_read));
+            next_read += 1;
+        }
+        tokio::select! {
+            Some(read) = reads.next(), if !reads.is_empty() => match read {
+                Ok(Recovered::Found(v)) => {
+                    adds.push_back(writer.add_recovered(
+                        next,
+                        v.payload,
+                        v.header.length.max(0) as u64,
+                    ));
+                    next += 1;
+                }
+                Ok(Recovered::Absent) => {
+                    ended = true;
+                    reads.clear();
+                }
+                Err(e) => {
+                    writer.fail(e.clone());
+                    return Err(e);
+                }
+            },
+            Some(add) = adds.next(), if !adds.is_empty() => {
+                if let Err(e) = add {
+                    writer.fail(e.clone());
+                    return Err(ctx.code_error(
+                        -10,
+                        format!("recovery could not write back a recovered entry: {e}"),
+                    ));
+                }
             }
-            Ok(Recovered::Absent) => break,
-            Err(e) => {
-                writer.fail(e.clone());
-                return Err(e);
-            }
+            else => break,
         }
     }
-    for add in adds {
-        if let Err(e) = add.await {
-            writer.fail(e.clone());
-            return Err(ctx.code_error(
-                -10,
-                format!("recovery could not write back a recovered entry: {e}"),
-            ));
-        }
-    }
+    drop(reads);
+    drop(adds);
     let (lac, length, ensembles) = writer.progress();
 
     loop {

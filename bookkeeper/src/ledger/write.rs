@@ -34,7 +34,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tracing::{debug, info};
 
 use super::read::{check_range, read_range};
@@ -72,6 +72,12 @@ pub(super) struct PendingAdd {
     /// Ensemble indexes (of the current ensemble) that stored the entry.
     pub(super) acked: u64,
     pub(super) sent: bool,
+    /// Waiting for the client's budget of add bytes in flight, with the
+    /// caller's payload (the frame is built when it is let through): not sent
+    /// yet, not even after an ensemble change.
+    pub(super) held: Option<Bytes>,
+    /// This entry's share of the budget, given back when it leaves `pending`.
+    pub(super) permit: Option<OwnedSemaphorePermit>,
     pub(super) waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
 }
 
@@ -173,41 +179,61 @@ impl WriterShared {
         }
     }
 
-    /// Queues entry `entry` (checks done by the caller) and returns its sends.
-    fn enqueue(
-        &self,
-        st: &mut WriteState,
-        entry: EntryId,
-        payload: &[u8],
-        header_length: u64,
-        waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
-    ) -> Vec<Send> {
+    /// The frame of entry `entry`, with the last add confirmed piggybacked.
+    fn frame(&self, lac: EntryId, entry: EntryId, payload: &[u8], header_length: u64) -> Bytes {
         let flags = if self.mode == Mode::Recovery {
             FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY
         } else {
             0
         };
-        let frame = encode_add(
+        encode_add(
             &self.ctx.master_key,
             &self.ctx.digest,
             EntryHeader {
                 ledger_id: self.ctx.ledger_id,
                 entry_id: entry,
-                last_add_confirmed: st.lac,
+                last_add_confirmed: lac,
                 length: header_length as i64,
             },
             payload,
             flags,
-        );
+        )
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call per kind of add, all named"
+    )]
+    /// Queues entry `entry` (checks done by the caller) and returns its sends.
+    /// A `held` entry (waiting for the budget of add bytes in flight) keeps the
+    /// caller's payload and is framed when it is let through.
+    fn enqueue(
+        &self,
+        st: &mut WriteState,
+        entry: EntryId,
+        payload: Bytes,
+        header_length: u64,
+        waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
+        permit: Option<OwnedSemaphorePermit>,
+        held: bool,
+    ) -> Vec<Send> {
+        let payload_len = payload.len() as u64;
+        let (frame, held) = if held {
+            (Bytes::new(), Some(payload))
+        } else {
+            (self.frame(st.lac, entry, &payload, header_length), None)
+        };
         let mut pending = PendingAdd {
             frame,
-            payload_len: payload.len() as u64,
+            payload_len,
             header_length,
             acked: 0,
             sent: false,
+            held,
+            permit,
             waiter,
         };
-        let sends = if st.changing {
+        let sends = if st.changing || pending.held.is_some() {
             Vec::new()
         } else {
             pending.sent = true;
@@ -261,8 +287,15 @@ impl WriterShared {
         if let Some(e) = self.too_large(data.len()) {
             return ready(Err(e));
         }
+        // The client's budget of add bytes in flight: taken now when there is
+        // room, else the entry is queued (its id taken, in order) and sent by a
+        // task once earlier adds give their share back.
+        let budget = &self.ctx.client.add_budget;
+        let cost = budget.cost(data.len());
+        let permit = budget.semaphore.clone().try_acquire_many_owned(cost).ok();
+        let held = permit.is_none();
         let (tx, rx) = oneshot::channel();
-        let sends = {
+        let (entry, sends) = {
             let mut st = self.state.lock();
             let entry = match entry {
                 Some(id) => {
@@ -292,9 +325,26 @@ impl WriterShared {
             };
             st.pushed_length += data.len() as u64;
             let header_length = st.pushed_length;
-            self.enqueue(&mut st, entry, &data, header_length, Some(tx))
+            let sends = self.enqueue(&mut st, entry, data, header_length, Some(tx), permit, held);
+            (entry, sends)
         };
-        self.dispatch(sends);
+        if held {
+            let this = self.clone();
+            let semaphore = budget.semaphore.clone();
+            self.ctx.client.runtime.spawn(async move {
+                let Ok(permit) = semaphore.acquire_many_owned(cost).await else {
+                    // Closed with the client.
+                    this.fail(
+                        this.ctx
+                            .error(BkErrorKind::ClientClosed, "the client was closed"),
+                    );
+                    return;
+                };
+                this.release_held(entry, permit);
+            });
+        } else {
+            self.dispatch(sends);
+        }
         let ctx = self.ctx.clone();
         async move {
             rx.await.unwrap_or_else(|_| {
@@ -308,7 +358,7 @@ impl WriterShared {
     pub(crate) fn add_recovered(
         self: &Arc<Self>,
         entry: EntryId,
-        payload: &[u8],
+        payload: Bytes,
         header_length: u64,
     ) -> BoxFuture<'static, Result<EntryId, BkError>> {
         debug_assert_eq!(self.mode, Mode::Recovery);
@@ -318,7 +368,15 @@ impl WriterShared {
             if let Some(e) = Self::status_error(&st, &self.ctx) {
                 return futures::future::ready(Err(e)).boxed();
             }
-            self.enqueue(&mut st, entry, payload, header_length, Some(tx))
+            self.enqueue(
+                &mut st,
+                entry,
+                payload,
+                header_length,
+                Some(tx),
+                None,
+                false,
+            )
         };
         self.dispatch(sends);
         let ctx = self.ctx.clone();
@@ -328,6 +386,33 @@ impl WriterShared {
             })
         }
         .boxed()
+    }
+
+    /// Sends an entry that waited for the budget of add bytes in flight (unless
+    /// it was failed, closed or an ensemble change will send it).
+    fn release_held(self: &Arc<Self>, entry: EntryId, permit: OwnedSemaphorePermit) {
+        let sends = {
+            let mut st = self.state.lock();
+            let (lac, changing) = (st.lac, st.changing);
+            let Some(p) = st.pending.get(&entry) else {
+                return;
+            };
+            let frame = match &p.held {
+                Some(payload) => self.frame(lac, entry, payload, p.header_length),
+                None => return,
+            };
+            let st = &mut *st;
+            let p = st.pending.get_mut(&entry).expect("just seen");
+            p.permit = Some(permit);
+            p.held = None;
+            p.frame = frame;
+            if changing || p.sent {
+                return;
+            }
+            p.sent = true;
+            sends_for(&st.record, entry, p, None)
+        };
+        self.dispatch(sends);
     }
 
     fn on_answer(
@@ -355,6 +440,12 @@ impl WriterShared {
                 Ok(r) if r.rc == rc::EOK => {
                     if member {
                         p.acked |= 1 << index;
+                        if p.acked.count_ones() >= aq {
+                            // Acknowledged: its share of the budget goes back now,
+                            // not when the entries before it are acknowledged too
+                            // (a held earlier entry may be waiting for it).
+                            p.permit = None;
+                        }
                     }
                 }
                 Ok(r) if r.rc == rc::EFENCED || r.rc == rc::EUA => {

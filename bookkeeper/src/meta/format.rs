@@ -192,6 +192,33 @@ pub fn decode(
     let ensemble_size = positive(msg.ensemble_size, "ensemble size")?;
     let write_quorum_size = positive(msg.quorum_size, "write quorum")?;
     let ack_quorum_size = positive(msg.ack_quorum_size.unwrap_or(msg.quorum_size), "ack quorum")?;
+    // The quorum arithmetic (write sets, the recovery's absence threshold
+    // `WQ - AQ + 1`, the acknowledgement masks) holds only for these.
+    if ensemble_size > crate::inner::MAX_ENSEMBLE_SIZE {
+        return Err(corrupt(
+            ledger_id,
+            format!(
+                "ensemble size {ensemble_size} is over the {} bookies this client handles",
+                crate::inner::MAX_ENSEMBLE_SIZE
+            ),
+        ));
+    }
+    if write_quorum_size > ensemble_size {
+        return Err(corrupt(
+            ledger_id,
+            format!(
+                "write quorum {write_quorum_size} is larger than the ensemble size {ensemble_size}"
+            ),
+        ));
+    }
+    if ack_quorum_size > write_quorum_size {
+        return Err(corrupt(
+            ledger_id,
+            format!(
+                "ack quorum {ack_quorum_size} is larger than the write quorum {write_quorum_size}"
+            ),
+        ));
+    }
     if msg.segment.is_empty() {
         return Err(corrupt(ledger_id, "it has no ensemble"));
     }

@@ -591,4 +591,51 @@ mod tests {
         assert_eq!(m.read_existing(6).await.unwrap_err().code(), -25);
         assert_eq!(m.read_existing(-1).await.unwrap_err().code(), -25);
     }
+    /// Metadata written by another client (or corrupted) with quorums the
+    /// quorum arithmetic cannot hold is refused when read, naming the ledger and
+    /// what is wrong, and the stored bytes stay as they were.
+    #[tokio::test]
+    async fn impossible_quorums_and_oversized_ensembles_are_refused_on_read() {
+        let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        store.put("/l", b"", ExpectedVersion::Any).await.unwrap();
+        let m = meta(&store, "zk://h:1/l").await.unwrap();
+        let mut ack_above_write = record(8);
+        ack_above_write.ensemble_size = 3;
+        ack_above_write.write_quorum_size = 2;
+        ack_above_write.ack_quorum_size = 3;
+        ack_above_write.ensembles[0].bookies = vec!["a:1".into(), "b:1".into(), "c:1".into()];
+        let mut write_above_ensemble = ack_above_write.clone();
+        write_above_ensemble.ledger_id = 9;
+        write_above_ensemble.write_quorum_size = 4;
+        write_above_ensemble.ack_quorum_size = 2;
+        let mut too_many = record(10);
+        too_many.ensemble_size = 65;
+        too_many.write_quorum_size = 65;
+        too_many.ack_quorum_size = 33;
+        too_many.ensembles[0].bookies = (0..65).map(|i| format!("b{i}:3181")).collect();
+        for (r, needle) in [
+            (
+                &ack_above_write,
+                "ack quorum 3 is larger than the write quorum 2",
+            ),
+            (
+                &write_above_ensemble,
+                "write quorum 4 is larger than the ensemble size 3",
+            ),
+            (&too_many, "ensemble size 65 is over the 64 bookies"),
+        ] {
+            let path = m.ledger_path(r.ledger_id);
+            let bytes = format::encode(r);
+            store
+                .put(&path, &bytes, ExpectedVersion::Any)
+                .await
+                .unwrap();
+            let e = m.read_existing(r.ledger_id).await.unwrap_err();
+            assert_eq!(e.ledger_id(), Some(r.ledger_id), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("ledger {}", r.ledger_id)), "{text}");
+            assert!(text.contains(needle), "{text}");
+            assert_eq!(store.get(&path).await.unwrap().unwrap().value, bytes);
+        }
+    }
 }

@@ -1,13 +1,15 @@
 //! One TCP connection per bookie, speaking protocol version 2, with pipelined
 //! requests.
 //!
-//! - **Sending** is synchronous: a request is registered as pending and its
-//!   frame written at once from the caller's thread (a non-blocking write) when
-//!   the socket takes it; otherwise it is queued for the connection's writer
-//!   task, which writes whatever has queued up in one go and then hands the
-//!   socket back. No task wake-up or channel stands between a caller and the
-//!   socket in the common case. Before the connection is up, requests wait in a
-//!   queue and are flushed in order once it is.
+//! - **Sending** is coalesced: a request is registered as pending and its frame
+//!   appended to the connection's output under one lock; the connection's
+//!   writer task, woken when it was idle, writes everything queued by the time
+//!   it runs in one system call, and what queued meanwhile in the next. Nothing
+//!   waits for company (an idle writer is woken at once), and when requests come
+//!   in bursts a bookie reads many of them per wake-up, as it does from the Java
+//!   client, whose Netty channel batches the writes of its event loop. Before
+//!   the connection is up, requests wait in a queue and are flushed in order
+//!   once it is.
 //! - **Matching.** Version 2 carries no request id: the reader task matches a
 //!   response to the oldest pending request with the same `(opcode, ledger,
 //!   entry)`, as BookKeeper's `PerChannelBookieClient` does (a FIFO per key).
@@ -114,7 +116,9 @@ struct PendingMap {
     closed: bool,
     /// Bytes the writer task still has to write.
     out: BytesMut,
-    /// Whether the writer task owns the socket's write side right now.
+    /// Frames in `out` (counted for the statistics of writes).
+    queued_frames: u64,
+    /// Whether the writer task has been woken and not yet found `out` empty.
     flushing: bool,
 }
 
@@ -124,6 +128,7 @@ struct Live {
     id: u64,
     write: OwnedWriteHalf,
     wake_writer: Arc<Notify>,
+    stats: Arc<WireStats>,
     pending: Mutex<PendingMap>,
     reader: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -135,10 +140,45 @@ enum State {
 }
 
 /// Settings of bookie connections.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ConnSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) sweep_interval: Duration,
+    /// Where the connections count what they write.
+    pub(crate) stats: Arc<WireStats>,
+}
+
+/// What a client's bookie connections have written, counted since it started:
+/// requests (frames), write system calls and bytes. Frames per write tells how
+/// well requests are coalesced (each write is at least one TCP segment, and one
+/// wake-up of the bookie's reader).
+#[derive(Debug, Default)]
+pub struct WireStats {
+    frames: AtomicU64,
+    writes: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A snapshot of [`WireStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireCounts {
+    /// Requests written.
+    pub frames: u64,
+    /// Write system calls that wrote them.
+    pub writes: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+impl WireStats {
+    /// The counts so far.
+    pub fn snapshot(&self) -> WireCounts {
+        WireCounts {
+            frames: self.frames.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The connection to one bookie (reconnected on demand).
@@ -150,6 +190,8 @@ pub(crate) struct BookieConn {
     state: Mutex<State>,
     next_id: AtomicU64,
     shut: AtomicBool,
+    /// Requests sent to this bookie so far.
+    sent: AtomicU64,
 }
 
 impl fmt::Debug for BookieConn {
@@ -175,6 +217,7 @@ impl BookieConn {
             state: Mutex::new(State::Idle),
             next_id: AtomicU64::new(1),
             shut: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
         })
     }
 
@@ -198,6 +241,7 @@ impl BookieConn {
             completion.complete(Err(self.error(ConnErrorKind::Closed, "client closed")));
             return;
         }
+        self.sent.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state.lock();
         match &mut *state {
             State::Ready(live) => {
@@ -245,6 +289,7 @@ impl BookieConn {
                     id: self.next_id.fetch_add(1, Ordering::Relaxed),
                     write,
                     wake_writer: wake_writer.clone(),
+                    stats: self.settings.stats.clone(),
                     pending: Mutex::new(PendingMap::default()),
                     reader: Mutex::new(None),
                 });
@@ -312,6 +357,12 @@ impl BookieConn {
         }
     }
 
+    /// Requests sent to this bookie so far (retries on a new connection count
+    /// once more).
+    pub(crate) fn requests_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
     /// Closes the connection and fails every pending request; later sends fail.
     pub(crate) fn shutdown(&self) {
         self.shut.store(true, Ordering::Release);
@@ -357,39 +408,17 @@ impl Live {
             deadline: Instant::now() + timeout,
             completion,
         });
-        // Write under the lock, so that frames of one key leave in the order their
-        // waiters were registered: straight from this thread when the writer
-        // task is idle and the socket takes it all, else through the writer task.
-        if pending.flushing {
-            pending.out.extend_from_slice(&frame);
-            return Ok(());
-        }
-        match self.write.try_write(&frame) {
-            Ok(n) if n == frame.len() => {}
-            Ok(n) => {
-                pending.out.extend_from_slice(&frame[n..]);
-                pending.flushing = true;
-                self.wake_writer.notify_one();
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                pending.out.extend_from_slice(&frame);
-                pending.flushing = true;
-                self.wake_writer.notify_one();
-            }
-            Err(_) => {
-                // The socket is broken: give the request back to be sent on a new
-                // connection; the reader fails the others when it sees the end.
-                pending.closed = true;
-                let queue = pending.by_key.get_mut(&key).expect("just pushed");
-                let waiter = queue.pop_back().expect("just pushed");
-                if queue.is_empty() {
-                    pending.by_key.remove(&key);
-                }
-                return Err(Rejected {
-                    frame,
-                    completion: waiter.completion,
-                });
-            }
+        // Queue the frame under the lock, so that frames of one key leave in the
+        // order their waiters were registered; the writer task writes everything
+        // queued by the time it runs in one write. Never waits for company: an
+        // idle writer is woken at once, and requests queued while it writes go
+        // out together in its next write (as Netty's channel does for the Java
+        // client), so that a bookie reads many requests per wake-up.
+        pending.out.extend_from_slice(&frame);
+        pending.queued_frames += 1;
+        if !pending.flushing {
+            pending.flushing = true;
+            self.wake_writer.notify_one();
         }
         Ok(())
     }
@@ -461,14 +490,15 @@ impl Live {
     }
 }
 
-/// Writes what callers could not write themselves (the socket was full),
-/// then hands the socket back to them.
+/// Writes the frames queued on a connection: everything queued by the time it
+/// runs goes out in one write, and what queues while that write is under way
+/// goes out in the next.
 async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
     loop {
         wake.notified().await;
         loop {
             let Some(l) = live.upgrade() else { return };
-            let chunk = {
+            let (chunk, frames) = {
                 let mut p = l.pending.lock();
                 if p.closed {
                     return;
@@ -477,17 +507,31 @@ async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
                     p.flushing = false;
                     break;
                 }
-                p.out.split().freeze()
+                let frames = std::mem::take(&mut p.queued_frames);
+                (p.out.split().freeze(), frames)
             };
+            l.stats.frames.fetch_add(frames, Ordering::Relaxed);
+            l.stats
+                .bytes
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
             let mut written = 0;
             while written < chunk.len() {
-                let result = match l.write.writable().await {
-                    Ok(()) => l.write.try_write(&chunk[written..]),
-                    Err(e) => Err(e),
+                // Try at once (the socket is writable nearly always); wait for
+                // readiness only when it is full.
+                let result = match l.write.try_write(&chunk[written..]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        match l.write.writable().await {
+                            Ok(()) => continue,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    other => other,
                 };
                 match result {
-                    Ok(n) => written += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Ok(n) => {
+                        l.stats.writes.fetch_add(1, Ordering::Relaxed);
+                        written += n;
+                    }
                     Err(e) => {
                         debug!(%bookie, error = %e, "write to bookie failed");
                         l.fail_all(&bookie, &format!("write failed: {e}"));
@@ -586,12 +630,21 @@ mod tests {
     }
 
     fn conn_to(addr: SocketAddr, timeout: Duration) -> Arc<BookieConn> {
+        conn_with_stats(addr, timeout, Arc::default())
+    }
+
+    fn conn_with_stats(
+        addr: SocketAddr,
+        timeout: Duration,
+        stats: Arc<WireStats>,
+    ) -> Arc<BookieConn> {
         let resolver: Resolver = Arc::new(move |_| Box::pin(async move { Ok(addr) }));
         BookieConn::new(
             "fake:1".to_owned(),
             ConnSettings {
                 connect_timeout: timeout,
                 sweep_interval: Duration::from_millis(10),
+                stats,
             },
             resolver,
             Handle::current(),
@@ -622,6 +675,65 @@ mod tests {
             assert_eq!((r.ledger_id, r.entry_id), (7, entry));
             assert_eq!(r.body.clone().get_i64(), entry * 1000);
         }
+    }
+
+    /// Requests sent together leave in a few writes, not one each; a request
+    /// sent alone leaves at once (nothing waits for company).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_sent_together_share_writes_and_a_lone_one_is_not_held() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(fake_bookie(listener, 1));
+        let stats = Arc::new(WireStats::default());
+        let conn = conn_with_stats(addr, Duration::from_secs(5), stats.clone());
+        // Connected and idle first.
+        let (tx, rx) = oneshot::channel();
+        conn.send(
+            (OP_READ, 3, 0),
+            encode_read(3, 0, 0, None),
+            Duration::from_secs(5),
+            Completion::Channel(tx),
+        );
+        rx.await.unwrap().unwrap();
+        let before = stats.snapshot();
+        // 200 requests in one burst from this task.
+        let mut waits = Vec::new();
+        for entry in 1..=200i64 {
+            let (tx, rx) = oneshot::channel();
+            conn.send(
+                (OP_READ, 3, entry),
+                encode_read(3, entry, 0, None),
+                Duration::from_secs(5),
+                Completion::Channel(tx),
+            );
+            waits.push(rx);
+        }
+        for rx in waits {
+            rx.await.unwrap().unwrap();
+        }
+        let burst = stats.snapshot();
+        assert_eq!(burst.frames - before.frames, 200);
+        assert!(
+            burst.writes - before.writes <= 4,
+            "200 requests sent together took {} writes",
+            burst.writes - before.writes
+        );
+        // A lone request goes out in a write of its own, without waiting.
+        let (tx, rx) = oneshot::channel();
+        let started = Instant::now();
+        conn.send(
+            (OP_READ, 3, 999),
+            encode_read(3, 999, 0, None),
+            Duration::from_secs(5),
+            Completion::Channel(tx),
+        );
+        rx.await.unwrap().unwrap();
+        assert!(started.elapsed() < Duration::from_millis(500));
+        let lone = stats.snapshot();
+        assert_eq!(
+            (lone.frames - burst.frames, lone.writes - burst.writes),
+            (1, 1)
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
