@@ -22,4 +22,4 @@ pub use node::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
     WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
 };
-pub use traffic::{PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};
+pub use traffic::{encode_payload, PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};

@@ -2,11 +2,16 @@
 //! acknowledging consumer per topic, with per-phase publish latencies and
 //! consumer gap/duplicate detection.
 //!
-//! Every payload carries its topic-local sequence number. A consumer expects
-//! the sequence to increase by one; a higher number is a **gap** (a lost
-//! acknowledged entry), a lower or equal one a **duplicate** (at-least-once
-//! redelivery). Publishes are retried on retryable errors and every failed
-//! attempt is counted.
+//! Every payload carries its producer's **incarnation** (a number drawn when
+//! the [`Traffic`] starts, different after each restart) and its topic-local
+//! sequence number within that incarnation. A consumer follows the sequence of
+//! each incarnation separately: within one, a higher number than the next
+//! expected is a **gap** (a lost acknowledged entry), a lower or equal one a
+//! **duplicate** (at-least-once redelivery). Entries of an earlier
+//! incarnation (the backlog a restarted consumer resumes) are counted as
+//! **resumed backlog**; their sequence starts wherever the previous run's
+//! acknowledgements stopped, and gaps after that are gaps. Publishes are
+//! retried on retryable errors and every failed attempt is counted.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -63,11 +68,19 @@ pub struct PhaseStats {
 pub struct TrafficReport {
     /// Acknowledged publishes.
     pub published: u64,
-    /// Entries delivered to consumers (first deliveries only).
+    /// Entries of this run's producers delivered to consumers (first
+    /// deliveries only).
     pub consumed: u64,
+    /// Entries of an earlier incarnation's producers (published before a
+    /// restart, not acknowledged then) delivered to this run's consumers
+    /// (first deliveries only).
+    pub resumed_backlog: u64,
+    /// This run's producer incarnation.
+    pub incarnation: u64,
     /// Failed publish attempts (each retried).
     pub publish_failures: u64,
-    /// Sequence numbers a consumer never saw although a later one arrived.
+    /// Sequence numbers a consumer never saw although a later one of the same
+    /// incarnation arrived.
     pub consumer_gaps: u64,
     /// Redelivered entries (at-least-once duplicates).
     pub consumer_duplicates: u64,
@@ -95,8 +108,10 @@ pub struct TopicHandle {
 
 #[derive(Default)]
 struct Shared {
+    incarnation: u64,
     published: AtomicU64,
     consumed: AtomicU64,
+    resumed_backlog: AtomicU64,
     publish_failures: AtomicU64,
     gaps: AtomicU64,
     duplicates: AtomicU64,
@@ -131,23 +146,44 @@ impl std::fmt::Debug for Traffic {
     }
 }
 
-fn encode(seq: u64, size: usize) -> Bytes {
-    let mut v = vec![0u8; size.max(8)];
+/// A traffic payload of `size` bytes (at least 16): the sequence number
+/// `seq`, then the producer `incarnation`, both big-endian, then zeros.
+pub fn encode_payload(incarnation: u64, seq: u64, size: usize) -> Bytes {
+    let mut v = vec![0u8; size.max(16)];
     v[..8].copy_from_slice(&seq.to_be_bytes());
+    v[8..16].copy_from_slice(&incarnation.to_be_bytes());
     Bytes::from(v)
 }
 
-fn decode(data: &[u8]) -> Option<u64> {
-    data.get(..8)
-        .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+/// `(incarnation, seq)` of a payload; payloads shorter than 16 bytes have
+/// incarnation 0.
+fn decode(data: &[u8]) -> Option<(u64, u64)> {
+    let word = |r: std::ops::Range<usize>| {
+        data.get(r)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+    };
+    Some((word(8..16).unwrap_or(0), word(0..8)?))
+}
+
+/// A fresh producer incarnation: the start time in nanoseconds (never 0).
+fn new_incarnation() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        .max(1)
 }
 
 impl Traffic {
     /// Starts one producer (`rate_per_topic` publishes per second, payloads of
-    /// `payload_size` bytes) and one consumer per topic. Sequence numbers start
-    /// at 1.
+    /// `payload_size` bytes) and one consumer per topic, with a new producer
+    /// incarnation. Sequence numbers start at 1.
     pub fn start(topics: &[TopicHandle], rate_per_topic: u32, payload_size: usize) -> Traffic {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            incarnation: new_incarnation(),
+            ..Shared::default()
+        });
         shared.phase_started.lock()[0] = Some(Instant::now());
         let mut producers = JoinSet::new();
         let mut consumers = JoinSet::new();
@@ -250,6 +286,8 @@ impl Traffic {
         TrafficReport {
             published: s.published.load(Ordering::Relaxed),
             consumed: s.consumed.load(Ordering::Relaxed),
+            resumed_backlog: s.resumed_backlog.load(Ordering::Relaxed),
+            incarnation: s.incarnation,
             publish_failures: s.publish_failures.load(Ordering::Relaxed),
             consumer_gaps: s.gaps.load(Ordering::Relaxed),
             consumer_duplicates: s.duplicates.load(Ordering::Relaxed),
@@ -271,7 +309,7 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
         tick.tick().await;
         let started = Instant::now();
         loop {
-            match ml.append(encode(seq, size)).await {
+            match ml.append(encode_payload(s.incarnation, seq, size)).await {
                 Ok(_) => break,
                 Err(e) => {
                     s.publish_failures.fetch_add(1, Ordering::Relaxed);
@@ -295,7 +333,9 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
 }
 
 async fn consume(s: Arc<Shared>, name: String, cursor: ManagedCursor) {
-    let mut expected = 1u64;
+    // The next sequence expected per incarnation: this run's starts at 1, an
+    // earlier one's wherever its first resumed entry is.
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::from([(s.incarnation, 1)]);
     while !s.stop_consumers.load(Ordering::Acquire) {
         let entries = match cursor.read_entries(64).await {
             Ok(e) => e,
@@ -313,22 +353,26 @@ async fn consume(s: Arc<Shared>, name: String, cursor: ManagedCursor) {
             continue;
         };
         for e in &entries {
-            match decode(&e.data) {
-                Some(seq) if seq == expected => {
-                    expected += 1;
-                    s.consumed.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(seq) if seq > expected => {
-                    s.gaps.fetch_add(seq - expected, Ordering::Relaxed);
-                    s.consumed.fetch_add(1, Ordering::Relaxed);
-                    expected = seq + 1;
-                }
-                _ => {
-                    s.duplicates.fetch_add(1, Ordering::Relaxed);
-                }
+            let Some((incarnation, seq)) = decode(&e.data) else {
+                s.duplicates.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let first = if incarnation == s.incarnation {
+                &s.consumed
+            } else {
+                &s.resumed_backlog
+            };
+            let next = expected.entry(incarnation).or_insert(seq);
+            if seq < *next {
+                s.duplicates.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
+            s.gaps.fetch_add(seq - *next, Ordering::Relaxed);
+            first.fetch_add(1, Ordering::Relaxed);
+            *next = seq + 1;
         }
-        s.last_consumed.lock().insert(name.clone(), expected - 1);
+        let own = expected.get(&s.incarnation).copied().unwrap_or(1);
+        s.last_consumed.lock().insert(name.clone(), own - 1);
         loop {
             match cursor.mark_delete(last).await {
                 Ok(()) => {

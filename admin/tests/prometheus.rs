@@ -2,8 +2,11 @@
 //! scrapes a `bookie-switch serve` process on loopback every 200 ms while a
 //! switch runs, and its HTTP API then finds the switch's counters, the
 //! ledger operations per cluster and the active-cluster change; `promtool
-//! check metrics` accepts the exposition. `scripts/test.sh` installs the
-//! package when it is missing.
+//! check metrics` accepts the exposition; every query of the Grafana
+//! dashboard (`ops/grafana/bkswitch.json`) returns data, and Prometheus loads
+//! the alert rules (`ops/prometheus/bkswitch-alerts.yml`), which `promtool
+//! check rules` and `promtool test rules` accept. `scripts/test.sh` installs
+//! the package when it is missing.
 
 mod common;
 
@@ -18,6 +21,71 @@ use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
 use common::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
+
+/// The repository's `ops/` directory (dashboard and alert rules).
+fn ops_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("ops")
+}
+
+/// Every PromQL query of the Grafana dashboard's panels, with its panel's
+/// title; the `$instance` variable becomes "every node".
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = ops_dir().join("grafana").join("bkswitch.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut out = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().unwrap_or_default();
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            out.push((title.to_owned(), expr.replace("$instance", ".+")));
+        }
+    }
+    out
+}
+
+/// Runs `promtool` with `args` in `dir` and asserts it succeeds.
+fn promtool(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("promtool (scripts/test.sh installs Debian's `prometheus`)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}: {text}");
+    text
+}
+
+/// The alert rules are valid, and each fires on the series of its unit test
+/// (`promtool test rules` fails when an expected alert does not fire, or an
+/// unexpected one does).
+#[test]
+fn alert_rules_pass_promtool() {
+    let dir = ops_dir().join("prometheus");
+    let checked = promtool(&dir, &["check", "rules", "bkswitch-alerts.yml"]);
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
+    let tested = promtool(&dir, &["test", "rules", "bkswitch-alerts.test.yml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Every alert has a unit test that expects it to fire.
+    let rules = std::fs::read_to_string(dir.join("bkswitch-alerts.yml")).unwrap();
+    let tests = std::fs::read_to_string(dir.join("bkswitch-alerts.test.yml")).unwrap();
+    for line in rules.lines() {
+        if let Some(name) = line.trim().strip_prefix("- alert: ") {
+            assert!(
+                tests.contains(&format!(
+                    "alertname: {name}\n        exp_alerts:\n          - exp_labels:"
+                )),
+                "no unit test fires {name}"
+            );
+        }
+    }
+}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -142,9 +210,15 @@ async fn prometheus_scrapes_a_switch() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 190ms\n\
+            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 190ms\n  \
+             evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
              scrape_configs:\n  - job_name: bkswitch\n    static_configs:\n      \
-             - targets: ['127.0.0.1:{port}']\n"
+             - targets: ['127.0.0.1:{port}']\n",
+            ops_dir()
+                .join("prometheus")
+                .join("bkswitch-alerts.yml")
+                .display()
         ),
     )
     .unwrap();
@@ -254,6 +328,63 @@ async fn prometheus_scrapes_a_switch() {
         query(&prometheus, "migration_ledger_id_conflict_total").await,
         Some(0.0)
     );
+    // The leader gauges (a single node leads), and the rollback window's end
+    // (a day after SWITCHED, the default window).
+    until(&prometheus, "bkswitch_coordinator_leader", |v| v == 1.0).await;
+    until(&prometheus, "bkswitch_coordinator_leader_known", |v| {
+        v == 1.0
+    })
+    .await;
+    let left = until(
+        &prometheus,
+        "bkswitch_switch_rollback_deadline_seconds - time()",
+        |v| v > 0.0,
+    )
+    .await;
+    assert!(left <= 24.0 * 3600.0 + 60.0, "window ends in {left} s");
+    until(
+        &prometheus,
+        "time() - bkswitch_switch_updated_timestamp_seconds",
+        |v| (-60.0..600.0).contains(&v),
+    )
+    .await;
+
+    // Every query of the dashboard returns data.
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 15, "{queries:?}");
+    for (panel, promql) in &queries {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while query(&prometheus, promql).await.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "panel `{panel}`: `{promql}` returned no data"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // Prometheus loaded every alert rule, evaluates them without error, and
+    // none fires on a healthy switch.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, rules) = raw("GET", &format!("{prometheus}/api/v1/rules"), None, None).await;
+        assert_eq!(code, 200, "{rules}");
+        let loaded: Vec<&serde_json::Value> = rules["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .collect();
+        assert_eq!(loaded.len(), 8, "{rules}");
+        if loaded.iter().all(|r| r["health"] == "ok") {
+            for rule in &loaded {
+                assert_eq!(rule["state"], "inactive", "{rule}");
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "rules not evaluated: {rules}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(
         query(
             &prometheus,

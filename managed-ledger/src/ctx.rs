@@ -87,6 +87,26 @@ impl Ctx {
         }
     }
 
+    /// The configuration of a new data ledger: the managed ledger's quorums,
+    /// digest and password, with Pulsar's data-ledger custom metadata
+    /// ([`crate::ledger_metadata::data_ledger`]).
+    pub(crate) fn data_ledger_config(&self) -> LedgerConfig {
+        crate::ledger_metadata::with_metadata(
+            self.config.data_ledger_config(),
+            crate::ledger_metadata::data_ledger(&self.name),
+        )
+    }
+
+    /// The configuration of a new ledger of cursor `cursor`, with Pulsar's
+    /// cursor-ledger custom metadata
+    /// ([`crate::ledger_metadata::cursor_ledger`]).
+    pub(crate) fn cursor_ledger_config(&self, cursor: &str) -> LedgerConfig {
+        crate::ledger_metadata::with_metadata(
+            self.config.cursor_ledger_config(),
+            crate::ledger_metadata::cursor_ledger(&self.name, cursor),
+        )
+    }
+
     /// Creates a ledger with `config` on the S1 client; returns the client and
     /// the handle. `what` names the ledger's owner in the error
     /// (`managed ledger 'x'`, `cursor 'c' of managed ledger 'x'`).

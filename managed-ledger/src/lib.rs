@@ -6,6 +6,7 @@ mod ctx;
 mod cursor;
 mod error;
 mod ledger;
+pub mod ledger_metadata;
 mod ledger_view;
 mod name;
 mod position;

@@ -805,3 +805,65 @@ async fn user_cursor_properties_keep_reserved_keys() {
     let _ = ManagedLedgerFactory::metadata_path(NAME);
     let _ = ManagedLedgerConfig::default();
 }
+
+/// Every data and cursor ledger carries Pulsar's custom metadata
+/// (`LedgerMetadataUtils`): data ledgers `application=pulsar`,
+/// `component=managed-ledger`, `pulsar/managed-ledger=<name>`; cursor
+/// ledgers the same plus `pulsar/cursor=<cursor>`; across rollovers too.
+#[tokio::test]
+async fn every_ledger_carries_pulsars_custom_metadata() {
+    use std::collections::BTreeMap;
+    let env = Env::new();
+    let client = env.client();
+    let custom = |id| {
+        let client = client.clone();
+        async move {
+            client
+                .open_ledger_no_recovery(id, bkswitch_bk_client::DigestType::Crc32c, b"")
+                .await
+                .unwrap()
+                .metadata()
+                .custom_metadata
+        }
+    };
+    let expected = |extra: &[(&str, &str)]| -> BTreeMap<String, Vec<u8>> {
+        [
+            ("application", "pulsar"),
+            ("component", "managed-ledger"),
+            ("pulsar/managed-ledger", "tenant/ns/persistent/topic"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+        .collect()
+    };
+    let ml = env
+        .factory()
+        .open("tenant/ns/persistent/topic", small_config())
+        .await
+        .unwrap();
+    let cursor = ml.open_cursor("sub").await.unwrap();
+    let (mut data_ledgers, mut cursor_ledgers) = (Vec::new(), Vec::new());
+    for i in 0..8 {
+        let p = append_n(&ml, i, 1).await[0];
+        // Rollovers create new data ledgers (3 entries each).
+        let data = p.ledger_id;
+        if !data_ledgers.contains(&data) {
+            assert_eq!(custom(data).await, expected(&[]), "data ledger {data}");
+            data_ledgers.push(data);
+        }
+        // Cursor ledgers roll every 4 mark-deletes; the previous one is deleted.
+        cursor.mark_delete(p).await.unwrap();
+        let id = cursor.cursor_ledger_id();
+        if !cursor_ledgers.contains(&id) {
+            assert_eq!(
+                custom(id).await,
+                expected(&[("pulsar/cursor", "sub")]),
+                "cursor ledger {id}"
+            );
+            cursor_ledgers.push(id);
+        }
+    }
+    assert!(data_ledgers.len() >= 3, "{data_ledgers:?}");
+    assert!(cursor_ledgers.len() >= 2, "{cursor_ledgers:?}");
+}

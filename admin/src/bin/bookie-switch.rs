@@ -500,8 +500,15 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     if let Some(t) = traffic {
         let r = t.stop(Duration::from_secs(5)).await;
         eprintln!(
-            "traffic: {} published, {} consumed, {} publish failures, {} gaps",
-            r.published, r.consumed, r.publish_failures, r.consumer_gaps
+            "traffic: {} published, {} consumed, {} resumed backlog (published before \
+             a restart), {} duplicates, {} publish failures, {} gaps (incarnation {})",
+            r.published,
+            r.consumed,
+            r.resumed_backlog,
+            r.consumer_duplicates,
+            r.publish_failures,
+            r.consumer_gaps,
+            r.incarnation
         );
     }
     node.stop().await;

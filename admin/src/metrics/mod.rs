@@ -8,7 +8,8 @@
 //! counts it: the registry sync ([`RouterMetrics`]), the storage (active
 //! cluster, read mode, fail-fast reads), the coordinator (the current
 //! switch's phase and counts, copies made) and the ledger copy (the
-//! proposal's `migration_ledger_id_conflict_total`). Names follow Prometheus
+//! proposal's `migration_ledger_id_conflict_total`) and the leader election
+//! (whether this node leads, whether any leader is known). Names follow Prometheus
 //! conventions: a `bkswitch_` prefix (besides the proposal's own name),
 //! `_total` on counters, seconds for durations.
 //!
@@ -293,6 +294,18 @@ pub async fn render(node: &Node) -> String {
         "Epoch of the last switch directive this node applied",
         ConstGauge::new(r.last_applied_epoch),
     );
+    let sync = node.sync();
+    reg.register(
+        "bkswitch_coordinator_leader",
+        "1 while this node is the elected leader of the switch coordinators, 0 otherwise",
+        ConstGauge::new(i64::from(sync.is_leader())),
+    );
+    reg.register(
+        "bkswitch_coordinator_leader_known",
+        "1 while this node knows an elected leader (itself or another node), \
+         0 while the election has none (origin-less switches then wait)",
+        ConstGauge::new(i64::from(sync.leader().is_some())),
+    );
 
     let storage = node.storage();
     let active = storage.active_cluster();
@@ -394,12 +407,32 @@ pub async fn render(node: &Node) -> String {
             "Epoch (id) of the latest switch",
             ConstGauge::new(st.epoch),
         );
+        reg.register(
+            "bkswitch_switch_updated_timestamp_seconds",
+            "When the latest switch's record last changed (phase or ledger \
+             states), Unix time in seconds",
+            ConstGauge::new(ms_to_seconds(st.updated_at)),
+        );
+        if let Some(deadline) = st.rollback_deadline {
+            reg.register(
+                "bkswitch_switch_rollback_deadline_seconds",
+                "End of the latest switch's rollback window (set once it reached \
+                 SWITCHED), Unix time in seconds",
+                ConstGauge::new(ms_to_seconds(deadline)),
+            );
+        }
     }
     let mut out = String::new();
     if let Err(e) = encode(&mut out, &reg) {
         tracing::warn!(error = %e, "encoding the metrics");
     }
     out
+}
+
+/// Milliseconds since the epoch as seconds (a float: Prometheus compares
+/// them with `time()`).
+fn ms_to_seconds(ms: i64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 const PHASES: [Phase; 8] = [

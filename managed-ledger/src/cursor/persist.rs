@@ -61,7 +61,7 @@ impl CursorInner {
         let ctx = &self.ctx;
         let what = || format!("cursor '{}' of managed ledger '{}'", self.name, ctx.name);
         let (client, handle) = ctx
-            .create_ledger(&ctx.config.cursor_ledger_config(), &what())
+            .create_ledger(&ctx.cursor_ledger_config(&self.name), &what())
             .await?;
         let id = handle.id();
         let props = ctx

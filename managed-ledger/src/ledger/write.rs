@@ -196,9 +196,7 @@ impl MlInner {
     ) -> Result<(Current, ManagedLedgerInfo, i64)> {
         let ctx = &self.ctx;
         let what = format!("managed ledger '{}'", ctx.name);
-        let (client, handle) = ctx
-            .create_ledger(&ctx.config.data_ledger_config(), &what)
-            .await?;
+        let (client, handle) = ctx.create_ledger(&ctx.data_ledger_config(), &what).await?;
         let id = handle.id();
         if let Some(last) = info.ledger_info.last() {
             if id <= last.ledger_id {

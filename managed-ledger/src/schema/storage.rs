@@ -16,12 +16,6 @@ use super::error::{Result, SchemaStorageError};
 use super::{locator_path, SchemaStorageOptions, SchemaVersion, StoredSchema};
 use crate::props::merge_properties;
 
-/// Custom metadata Pulsar records on every schema ledger
-/// (`LedgerMetadataUtils.buildMetadataForSchema`).
-const METADATA_APPLICATION: (&str, &[u8]) = ("application", b"pulsar");
-const METADATA_COMPONENT: (&str, &[u8]) = ("component", b"schema");
-const METADATA_SCHEMA_ID: &str = "pulsar/schemaId";
-
 /// Schema storage over a metadata store and the S3 schema client provider, in
 /// the shape of Pulsar's `BookkeeperSchemaStorage`. See the [module
 /// documentation](super) for the layout and the guarantees.
@@ -594,12 +588,10 @@ impl SchemaStorage {
     /// The configuration of a new schema ledger: the configured quorums, digest
     /// and password, with Pulsar's schema custom metadata.
     fn ledger_config(&self, schema_id: &str) -> LedgerConfig {
-        self.options
-            .ledger_config
-            .clone()
-            .with_custom_metadata(METADATA_APPLICATION.0, METADATA_APPLICATION.1)
-            .with_custom_metadata(METADATA_COMPONENT.0, METADATA_COMPONENT.1)
-            .with_custom_metadata(METADATA_SCHEMA_ID, schema_id.as_bytes())
+        crate::ledger_metadata::with_metadata(
+            self.options.ledger_config.clone(),
+            crate::ledger_metadata::schema_ledger(schema_id),
+        )
     }
 }
 
