@@ -67,7 +67,7 @@ pub enum Op {
     AdvanceIdgen {
         /// Index into [`CLUSTERS`].
         cluster: usize,
-        /// 1 (the smallest margin the precheck accepts) or 1,000.
+        /// 1 (refused: below the precheck's safety margin) or 10,000 (beyond it).
         margin: i64,
     },
     /// `POST /switch`.
@@ -352,7 +352,7 @@ impl Plan {
             });
             ops.push(Op::AdvanceIdgen {
                 cluster: target,
-                margin: 1_000,
+                margin: 10_000,
             });
         }
         while ops.len() < len {
@@ -384,7 +384,7 @@ fn random_op(rng: &mut fastrand::Rng, nodes: usize) -> Op {
         10..=12 => Op::Precheck { node, cluster },
         13..=17 => Op::AdvanceIdgen {
             cluster,
-            margin: if rng.bool() { 1 } else { 1_000 },
+            margin: if rng.bool() { 1 } else { 10_000 },
         },
         18..=25 => Op::Switch { node, cluster },
         26..=29 => Op::Rollback { node },
