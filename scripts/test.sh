@@ -135,6 +135,11 @@ step "packaging: cargo publish --dry-run of every published crate"
 # Packages each library crate and builds it from its packaged form, against
 # the other crates' packages (not their source folders): a crate that reaches
 # outside its folder, or a dependency without a version, fails here.
+# Cargo keeps the sources it unpacked from earlier packagings under the same
+# name and version in its registry folder and would verify against those:
+# forget them, so that every crate is built against today's packages.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/bkswitch-* \
+  "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/bkswitch-*
 mapfile -t unpublished < <(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import json,sys; [print("--exclude\n" + p["name"]) for p in json.load(sys.stdin)["packages"] if p.get("publish") == []]')
 cargo publish --dry-run --quiet --allow-dirty --workspace "${unpublished[@]}"

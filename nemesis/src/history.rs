@@ -529,6 +529,12 @@ impl Run {
                 tokio::time::sleep(Duration::from_millis(millis)).await;
                 "waited".to_owned()
             }
+            Op::MoveClock { days } => {
+                self.stack
+                    .clock
+                    .advance(Duration::from_secs(days * 24 * 3600));
+                "moved".to_owned()
+            }
             Op::ExpectSettled { millis } => {
                 let deadline = tokio::time::Instant::now() + Duration::from_millis(millis);
                 loop {

@@ -168,6 +168,13 @@ pub enum Op {
         /// The latency (virtual time).
         millis: u64,
     },
+    /// Moves every node's clock forward by `days` (the wall clock the
+    /// coordinators read: switch records, the rollback window, the dual-read
+    /// timeout of the automatic cleanup), then lets the automatic cleanup run.
+    MoveClock {
+        /// How far, in days.
+        days: u64,
+    },
     /// Lets time pass (traffic and the nodes' own duties run).
     Wait {
         /// How long (virtual time).
@@ -259,6 +266,7 @@ impl fmt::Display for Op {
                 write!(f, "cluster {} slow ({millis} ms)", c(cluster))
             }
             Op::Wait { millis } => write!(f, "wait {millis} ms"),
+            Op::MoveClock { days } => write!(f, "move the clock {days} days forward"),
             Op::ExpectSettled { millis } => {
                 write!(f, "expect every switch settled within {millis} ms")
             }
@@ -296,9 +304,9 @@ impl Op {
 pub struct Settings {
     /// Nodes in the stack.
     pub nodes: usize,
-    /// The orchestrator's rollback window. The orchestrator reads the system
-    /// clock, which the nemesis cannot move; a zero window stands for "the
-    /// clock moved past the window" (docs/RELIABILITY.md).
+    /// The orchestrator's rollback window (zero: closed at once). Histories
+    /// whose window is open may move the clock past it
+    /// ([`Op::MoveClock`]).
     pub rollback_window: Duration,
     /// `dualReadTimeoutDays`; zero: automatic cleanup is due at once.
     pub dual_read_timeout: Duration,
@@ -357,6 +365,17 @@ impl Plan {
         }
         while ops.len() < len {
             ops.push(random_op(&mut rng, nodes));
+        }
+        // A third of the histories end by moving the clock past the rollback
+        // window and the dual-read timeout, so that the automatic cleanup
+        // runs on whatever the history left. Drawn from a stream of its own,
+        // so that the operations above stay those of the seed.
+        let mut tail = fastrand::Rng::with_seed(seed ^ 0x636c_6f63_6b00_0000);
+        if tail.u8(0..3) == 0 {
+            ops.push(Op::MoveClock {
+                days: tail.u64(16..40),
+            });
+            ops.push(Op::Wait { millis: 12_000 });
         }
         Plan {
             seed,

@@ -4,6 +4,8 @@
 //! `new` and `third`), with REST calls served in process by each node's axum
 //! router as a tower service (no socket).
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -13,6 +15,7 @@ use bkswitch_admin::testkit::{node_config, ADMIN};
 use bkswitch_admin::wire::BASE_PATH;
 use bkswitch_admin::{rest_router, Node, NodeConfig};
 use bkswitch_bk_client::{MemoryCluster, MemoryClusters};
+use bkswitch_managed_ledger::Clock;
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_switch_orchestrator::OrchestratorConfig;
 use http_body_util::BodyExt;
@@ -81,6 +84,51 @@ pub struct Stack {
     pub duplicates: Vec<Node>,
     /// The running nodes as the traffic sees them.
     pub directory: Directory,
+    /// Every node's wall clock: virtual time, moved forward by
+    /// [`Op::MoveClock`](crate::plan::Op::MoveClock).
+    pub clock: Arc<VirtualClock>,
+}
+
+/// A wall clock that follows tokio's (paused, virtual) time from a fixed
+/// start, plus whatever it was moved forward: the same for every run of a
+/// seed, and movable past the coordinators' windows.
+#[derive(Debug)]
+pub struct VirtualClock {
+    start: tokio::time::Instant,
+    start_ms: i64,
+    moved_ms: AtomicI64,
+}
+
+impl VirtualClock {
+    /// The clock of a history starting now, reading 2025-01-01T00:00:00Z.
+    pub fn new() -> VirtualClock {
+        VirtualClock {
+            start: tokio::time::Instant::now(),
+            start_ms: 1_735_689_600_000,
+            moved_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.moved_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Default for VirtualClock {
+    fn default() -> Self {
+        VirtualClock::new()
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now_millis(&self) -> i64 {
+        let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.start_ms
+            .saturating_add(elapsed)
+            .saturating_add(self.moved_ms.load(Ordering::SeqCst))
+    }
 }
 
 impl Stack {
@@ -103,6 +151,7 @@ impl Stack {
             settings,
             duplicates: Vec::new(),
             directory: Directory::default(),
+            clock: Arc::new(VirtualClock::new()),
         };
         *stack.directory.lock() = vec![None; stack.settings.nodes];
         for i in 0..stack.settings.nodes {
@@ -132,6 +181,7 @@ impl Stack {
             .with_promote_retry(20, Duration::from_millis(100));
         cfg.ledger_config = cfg.ledger_config.with_max_entries_per_ledger(8);
         cfg.old_ledger_read_timeout = Duration::from_millis(2_000);
+        cfg.clock = self.clock.clone();
         cfg
     }
 

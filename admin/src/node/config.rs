@@ -8,7 +8,7 @@ use bkswitch_bk_client::{ClientFactory, MemoryClientFactory, MemoryClusters, Sch
 use bkswitch_bk_router::RouterError;
 use bkswitch_bookkeeper::{BookKeeperClientFactory, ClientConfig, SUPPORTED_SCHEMES};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
-use bkswitch_managed_ledger::ManagedLedgerError;
+use bkswitch_managed_ledger::{Clock, ManagedLedgerError, SystemClock};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_registry::{ClusterIdgenSource, IdgenSource, MemoryIdgenSource, ZkIdgenSource};
@@ -66,6 +66,11 @@ pub struct NodeConfig {
     /// in the election and coordinates switches, with the same lease, but
     /// serves no topics, so operators can give it a machine of its own.
     pub dedicated_coordinator: bool,
+    /// The clock of the node's managed ledgers (ledger timestamps, rollover
+    /// ages, retention) and of its coordinator (switch records, the rollback
+    /// window, the dual-read timeout of the automatic cleanup). The system
+    /// clock by default; a test moves a manual clock past the windows.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -144,6 +149,7 @@ impl NodeConfig {
             old_ledger_read_timeout: Duration::from_millis(5000),
             metrics_token: None,
             dedicated_coordinator: false,
+            clock: Arc::new(SystemClock),
         }
     }
 }

@@ -79,7 +79,8 @@ impl Node {
             }
         };
         let factory =
-            ManagedLedgerFactory::from_storage_class(config.store.clone(), &*default_class);
+            ManagedLedgerFactory::from_storage_class(config.store.clone(), &*default_class)
+                .with_clock(config.clock.clone());
         let schemas = SchemaStorage::new(
             config.store.clone(),
             storage.schema_provider(),
@@ -224,7 +225,8 @@ fn orchestrator(
         Arc::new(storage.clone()),
         owners,
         config.orchestrator.clone(),
-    );
+    )
+    .with_clock(config.clock.clone());
     match &config.idgen {
         Some(idgen) => orchestrator.with_idgen(idgen.clone()),
         None => orchestrator,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bkswitch_bk_client::BookKeeperExt;
 
 use super::records::summarize;
-use super::{now_ms, Orchestrator};
+use super::Orchestrator;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
     CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, LedgerState, Phase,
@@ -65,7 +65,7 @@ impl Orchestrator {
         }
         if let Some(deadline) = sw.rollback_deadline {
             // A dry run changes nothing, so it may look inside the window.
-            if !opts.dry_run && !sw.cleanup_started && !opts.force && now_ms() < deadline {
+            if !opts.dry_run && !sw.cleanup_started && !opts.force && self.now_ms() < deadline {
                 return Err(OrchestratorError::InsideRollbackWindow {
                     switch_id: switch_id.to_owned(),
                     deadline_ms: deadline,
@@ -169,7 +169,7 @@ impl Orchestrator {
             };
             self.update_switch(switch_id, |r| {
                 r.phase = phase;
-                r.finished_at = Some(now_ms());
+                r.finished_at = Some(self.now_ms());
                 r.counts = counts;
                 r.failures = failures.clone();
             })

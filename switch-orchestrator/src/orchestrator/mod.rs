@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bkswitch_bk_client::{BookKeeper, DigestType};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
+use bkswitch_managed_ledger::{Clock, SystemClock};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
@@ -203,6 +204,8 @@ struct Inner {
     owners: Arc<dyn TopicOwners>,
     config: OrchestratorConfig,
     idgen: Arc<dyn IdgenSource>,
+    /// The clock of switch records, rollback windows and the dual-read timeout.
+    clock: Arc<dyn Clock>,
     lock: tokio::sync::Mutex<()>,
     copied: AtomicU64,
     already_present: AtomicU64,
@@ -277,6 +280,7 @@ impl Orchestrator {
                 owners,
                 config,
                 idgen: Arc::new(ZkIdgenSource::default()),
+                clock: Arc::new(SystemClock),
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
@@ -309,6 +313,7 @@ impl Orchestrator {
                 owners: shared.owners.clone(),
                 config: shared.config.clone(),
                 idgen: shared.idgen.clone(),
+                clock: shared.clock.clone(),
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
@@ -430,6 +435,7 @@ impl Orchestrator {
             owners: shared.owners.clone(),
             config: shared.config.clone(),
             idgen: shared.idgen.clone(),
+            clock: shared.clock.clone(),
             lock: tokio::sync::Mutex::new(()),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
@@ -439,6 +445,35 @@ impl Orchestrator {
         Orchestrator {
             inner: Arc::new(Inner { idgen, ..inner }),
         }
+    }
+
+    /// Uses `clock` for the times it records (switch and ledger records, the
+    /// rollback deadline) and the windows it checks (the rollback window, the
+    /// dual-read timeout of the automatic cleanup). The default is the system
+    /// clock; a test moves a manual clock past the windows instead of waiting.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Orchestrator {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            store: shared.store.clone(),
+            registry: shared.registry.clone(),
+            clients: shared.clients.clone(),
+            owners: shared.owners.clone(),
+            config: shared.config.clone(),
+            idgen: shared.idgen.clone(),
+            clock: shared.clock.clone(),
+            lock: tokio::sync::Mutex::new(()),
+            copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
+            already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            instance: shared.instance.clone(),
+            scope: shared.scope.clone(),
+        });
+        Orchestrator {
+            inner: Arc::new(Inner { clock, ..inner }),
+        }
+    }
+
+    /// Now, in milliseconds since the Unix epoch, by this coordinator's clock.
+    fn now_ms(&self) -> i64 {
+        self.inner.clock.now_millis()
     }
 
     /// The configuration.
@@ -658,7 +693,7 @@ impl Orchestrator {
             return Ok(None);
         };
         let (rec, _) = self.load(&id).await?;
-        let now = now_ms();
+        let now = self.now_ms();
         let due = match rec.phase {
             // A cleanup already started (by hand or by an earlier pass)
             // continues.
@@ -770,7 +805,7 @@ fn schema_prefix(prefix: &str) -> String {
 }
 
 /// Milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
+fn system_now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -788,7 +823,7 @@ fn new_instance_id() -> String {
     format!(
         "{}-{}-{}",
         std::process::id(),
-        now_ms(),
+        system_now_ms(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }

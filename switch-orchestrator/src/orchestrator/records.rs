@@ -13,7 +13,7 @@ use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, GetResult}
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{now_ms, Orchestrator, MAX_FAILURES_LISTED};
+use super::{Orchestrator, MAX_FAILURES_LISTED};
 use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Failure, LedgerRecord, LedgerState, SwitchRecord, SwitchStatus};
 
@@ -126,7 +126,7 @@ impl Orchestrator {
         for _ in 0..RECORD_CAS_ATTEMPTS {
             let (mut rec, v) = self.load(id).await?;
             f(&mut rec);
-            rec.updated_at = now_ms();
+            rec.updated_at = self.now_ms();
             self.check_lease(id).await?;
             fail_point!("orchestrator::switch_record");
             let bytes = encode_json(&path, &rec)?;
@@ -308,7 +308,7 @@ impl Orchestrator {
 
     /// Writes a ledger record with a compare-and-set against the version read.
     pub(super) async fn put_ledger(&self, id: &str, rec: &mut LedgerRecord) -> Result<()> {
-        rec.updated_at = now_ms();
+        rec.updated_at = self.now_ms();
         self.check_lease(id).await?;
         fail_point!("orchestrator::ledger_record");
         // A record an earlier version wrote flat is updated where it is.

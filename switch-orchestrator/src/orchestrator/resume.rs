@@ -3,7 +3,7 @@
 //! ([I6](bkswitch_docs::invariants::I6)).
 
 use super::records::tally;
-use super::{now_ms, window_end, Ctx, Orchestrator};
+use super::{window_end, Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, LedgerState, Phase, SwitchStatus};
 use crate::scan::Pages;
@@ -72,7 +72,7 @@ impl Orchestrator {
                 .await?;
                 let window = cfg.rollback_window;
                 self.update_switch(switch_id, |r| {
-                    let now = now_ms();
+                    let now = self.now_ms();
                     r.phase = Phase::Switched;
                     r.switched_at = Some(now);
                     r.rollback_deadline = Some(window_end(now, window));

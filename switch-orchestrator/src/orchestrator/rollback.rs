@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::flip::{CursorFlip, Direction};
-use super::{now_ms, window_end, Ctx, Orchestrator};
+use super::{window_end, Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
 use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase, SwitchStatus};
 
@@ -41,7 +41,7 @@ impl Orchestrator {
         }
         if sw.phase == Phase::Switched {
             if let Some(deadline) = sw.rollback_deadline {
-                if now_ms() >= deadline {
+                if self.now_ms() >= deadline {
                     return Err(OrchestratorError::RollbackWindowClosed {
                         switch_id: switch_id.to_owned(),
                         deadline_ms: deadline,
@@ -110,7 +110,7 @@ impl Orchestrator {
         self.update_switch(switch_id, |r| {
             r.phase = Phase::RolledBack;
             if r.rollback_deadline.is_none() {
-                r.rollback_deadline = Some(window_end(now_ms(), window));
+                r.rollback_deadline = Some(window_end(self.now_ms(), window));
             }
         })
         .await?;

@@ -8,7 +8,7 @@ use bkswitch_registry::{
     ClusterStatus, ClusterUri, PrecheckResult, RegistryError, SwitchDirective,
 };
 
-use super::{now_ms, Orchestrator};
+use super::Orchestrator;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Phase, SwitchRecord, SwitchStatus};
 use crate::scan::Pages;
@@ -270,7 +270,7 @@ impl Orchestrator {
             tracing::info!(prefix, target, "canary absorbed by the cluster-wide switch");
         }
         let id = directive.epoch.to_string();
-        let now = now_ms();
+        let now = self.now_ms();
         let rec = SwitchRecord {
             switch_id: id.clone(),
             epoch: directive.epoch,
@@ -359,7 +359,7 @@ impl Orchestrator {
         let o = registry
             .set_prefix_override(prefix, target, origin, after)
             .await?;
-        let now = now_ms();
+        let now = self.now_ms();
         let rec = SwitchRecord {
             switch_id: o.epoch.to_string(),
             epoch: o.epoch,
@@ -441,7 +441,7 @@ impl Orchestrator {
             target: target.to_owned(),
             origin: origin.map(str::to_owned),
             epoch,
-            ts: now_ms(),
+            ts: self.now_ms(),
             extra,
         };
         match registry.put_directive(&directive, expected).await {
