@@ -135,11 +135,14 @@ step "packaging: cargo publish --dry-run of every published crate"
 # Packages each library crate and builds it from its packaged form, against
 # the other crates' packages (not their source folders): a crate that reaches
 # outside its folder, or a dependency without a version, fails here.
-# Cargo keeps the sources it unpacked from earlier packagings under the same
-# name and version in its registry folder and would verify against those:
-# forget them, so that every crate is built against today's packages.
+# Cargo takes a crate from a registry to be immutable: it keeps the sources
+# it unpacked from an earlier packaging of the same name and version, and the
+# builds it made of them. Forget both, so that every crate is verified against
+# today's packages (the workspace's own builds are redone anyway).
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/bkswitch-* \
   "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/bkswitch-*
+find "$CARGO_TARGET_DIR/debug/.fingerprint" -maxdepth 1 -name 'bkswitch-*' \
+  -exec rm -rf {} + 2>/dev/null || true
 mapfile -t unpublished < <(cargo metadata --no-deps --format-version 1 \
   | python3 -c 'import json,sys; [print("--exclude\n" + p["name"]) for p in json.load(sys.stdin)["packages"] if p.get("publish") == []]')
 cargo publish --dry-run --quiet --allow-dirty --workspace "${unpublished[@]}"
