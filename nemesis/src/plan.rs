@@ -325,7 +325,8 @@ pub struct Plan {
     pub ops: Vec<Op>,
 }
 
-/// How many operations a generated history has.
+/// How many random operations a generated history has (a third of the
+/// histories then move the clock and wait: two more).
 pub const DEFAULT_OPS: usize = 24;
 
 impl Plan {
@@ -460,6 +461,21 @@ mod tests {
     fn the_same_seed_gives_the_same_plan() {
         assert_eq!(Plan::generate(7), Plan::generate(7));
         assert_ne!(Plan::generate(7).ops, Plan::generate(8).ops);
-        assert_eq!(Plan::generate(7).ops.len(), DEFAULT_OPS);
+        // DEFAULT_OPS operations, then maybe the clock moved and a wait.
+        for seed in 0..200 {
+            let plan = Plan::generate(seed);
+            match plan.ops.len() - DEFAULT_OPS {
+                0 => {}
+                2 => assert!(matches!(
+                    plan.ops[DEFAULT_OPS..],
+                    [Op::MoveClock { .. }, Op::Wait { .. }]
+                )),
+                n => panic!("seed {seed}: {n} operations after the first {DEFAULT_OPS}"),
+            }
+        }
+        let moved = (0..300)
+            .filter(|&seed| Plan::generate(seed).ops.len() > DEFAULT_OPS)
+            .count();
+        assert!((50..150).contains(&moved), "{moved} of 300 move the clock");
     }
 }
