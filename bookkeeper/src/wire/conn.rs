@@ -729,7 +729,16 @@ mod tests {
         );
         rx.await.unwrap().unwrap();
         assert!(started.elapsed() < Duration::from_millis(500));
-        let lone = stats.snapshot();
+        // The writer counts its write once the call returns, which may be
+        // after the answer arrived: give the count a moment.
+        let mut lone = stats.snapshot();
+        for _ in 0..100 {
+            if lone.writes > burst.writes {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            lone = stats.snapshot();
+        }
         assert_eq!(
             (lone.frames - burst.frames, lone.writes - burst.writes),
             (1, 1)
