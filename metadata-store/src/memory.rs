@@ -174,6 +174,32 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// Tells every watch stream of this session that its connection to the
+    /// server was lost (`connected == false`:
+    /// [`SessionEvent::ConnectionLost`]) or is back
+    /// ([`SessionEvent::Reconnected`]), as a ZooKeeper client does during a
+    /// network partition shorter than its session timeout. The session and
+    /// its ephemeral nodes stay; the store's own calls keep working, so a test
+    /// that also wants them to fail wraps the store in a gate of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Closed`](crate::ErrorKind::Closed) when the store is closed.
+    pub fn announce_connection(&self, connected: bool) -> Result<()> {
+        self.check_open(Operation::Close, "/")?;
+        let event = if connected {
+            SessionEvent::Reconnected
+        } else {
+            SessionEvent::ConnectionLost
+        };
+        self.handle
+            .shared
+            .state
+            .lock()
+            .notify_handle(self.handle.id, event);
+        Ok(())
+    }
+
     fn check_open(&self, op: Operation, path: &str) -> Result<()> {
         if self.handle.closed.load(Ordering::Acquire) {
             return Err(MetadataError::Closed {
@@ -574,6 +600,29 @@ impl MetadataStore for MemoryStore {
 mod tests {
     use super::*;
     use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_lost_connection_is_announced_to_this_session_only_and_keeps_ephemerals() {
+        let a = MemoryStore::new();
+        let b = a.new_session();
+        a.create("/e", b"x", CreateMode::EPHEMERAL).await.unwrap();
+        let mut wa = a.watch("/e").await.unwrap();
+        let mut wb = b.watch("/e").await.unwrap();
+        a.announce_connection(false).unwrap();
+        a.announce_connection(true).unwrap();
+        assert_eq!(
+            wa.next().await,
+            Some(Notification::Session(SessionEvent::ConnectionLost))
+        );
+        assert_eq!(
+            wa.next().await,
+            Some(Notification::Session(SessionEvent::Reconnected))
+        );
+        assert!(wb.try_next().is_none(), "another session heard nothing");
+        assert!(b.exists("/e").await.unwrap().unwrap().ephemeral);
+        a.close().await.unwrap();
+        assert!(a.announce_connection(true).is_err());
+    }
 
     #[tokio::test]
     async fn expire_session_emits_events_and_removes_ephemerals() {

@@ -53,6 +53,9 @@ pub enum ViolationKind {
     /// New data does not go where the registry routes it (a schema version
     /// of a canary's prefix created on another cluster).
     Routing,
+    /// A node's managed ledgers did not pause trims and rollovers while its
+    /// metadata session was lost, or did not resume once it was back.
+    SessionPause,
 }
 
 /// One violation, with a message saying what and where.

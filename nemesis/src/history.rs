@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::checker::{check, leftovers, ViolationKind, Violations};
 use crate::plan::{Op, Plan, CLUSTERS, PREFIXES, SCHEMAS};
-use crate::stack::{Answer, Stack};
+use crate::stack::{Answer, SessionCounts, Stack};
 use crate::traffic::Traffic;
 use bkswitch_proto::Stamped;
 
@@ -42,6 +42,9 @@ pub struct Figures {
     /// Ledgers no metadata references after the final cleanup, by cluster
     /// (not a violation; reported).
     pub leftovers: BTreeMap<String, usize>,
+    /// Metadata sessions lost, and the trims and rollovers the managed
+    /// ledgers put off meanwhile: the pause of issue #20 (item 6) at work.
+    pub sessions: SessionCounts,
 }
 
 /// What a history did and found.
@@ -223,6 +226,7 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
             .push(ViolationKind::Stuck, "no node runs after healing");
     }
     figures.operator_calls = run.calls;
+    figures.sessions = run.stack.session_counts();
     run.stack.shutdown().await;
     // The same finding seen by both passes of a check is reported once.
     let mut seen = BTreeSet::new();
@@ -359,7 +363,7 @@ impl Run {
                 }
             }
             Op::Switch { node, cluster } => {
-                let before = self.latest_switch().await;
+                let before = self.read_latest_switch().await;
                 let a = self
                     .call(
                         node,
@@ -369,19 +373,22 @@ impl Run {
                     )
                     .await;
                 if let Some(a) = &a {
-                    let after = self.latest_switch().await;
-                    let before_id = before.map(|s| s.switch_id);
-                    let after_id = after.map(|s| s.switch_id);
-                    if (400..500).contains(&a.status) && before_id != after_id {
-                        self.violations.push(
-                            ViolationKind::OperatorCall,
-                            format!(
-                                "switch to {} answered {} {} but a switch was recorded",
-                                CLUSTERS[cluster],
-                                a.status,
-                                a.code()
-                            ),
-                        );
+                    let after = self.read_latest_switch().await;
+                    // Only two successful reads can be compared.
+                    if let (Ok(before), Ok(after)) = (before, after) {
+                        let before_id = before.map(|s| s.switch_id);
+                        let after_id = after.map(|s| s.switch_id);
+                        if (400..500).contains(&a.status) && before_id != after_id {
+                            self.violations.push(
+                                ViolationKind::OperatorCall,
+                                format!(
+                                    "switch to {} answered {} {} but a switch was recorded",
+                                    CLUSTERS[cluster],
+                                    a.status,
+                                    a.code()
+                                ),
+                            );
+                        }
                     }
                 }
                 short(&a)
@@ -479,15 +486,49 @@ impl Run {
             }
             Op::LoseConnection { node, millis } => {
                 let gate = self.stack.slots[node].store.gate.clone();
-                if self.stack.node(node).is_none() {
+                let session = self.stack.slots[node].store.session.clone();
+                let Some(running) = self.stack.node(node).cloned() else {
                     return "not running".to_owned();
-                }
+                };
+                // As a ZooKeeper client: calls fail and every watch hears
+                // that the connection is lost, then that it is back.
                 gate.set_down(true);
-                tokio::time::sleep(Duration::from_millis(millis)).await;
-                if self.stack.node(node).is_some() {
-                    gate.set_down(false);
+                let _ = session.announce_connection(false);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let ml = running.metadata_session();
+                let paused = !ml.is_available();
+                // A node that never opened a managed ledger has no session
+                // to follow (and nothing to pause).
+                if !paused && !running.topics().list().is_empty() {
+                    self.violations.push(
+                        ViolationKind::SessionPause,
+                        format!(
+                            "node-{node} lost its metadata connection but its managed ledgers \
+                             still trim and roll over (the session is seen as available)"
+                        ),
+                    );
                 }
-                "reconnected".to_owned()
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                if self.stack.node(node).is_none() {
+                    return "crashed while disconnected".to_owned();
+                }
+                gate.set_down(false);
+                let _ = session.announce_connection(true);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if paused && !ml.is_available() {
+                    self.violations.push(
+                        ViolationKind::SessionPause,
+                        format!(
+                            "node-{node} got its metadata connection back but its managed \
+                             ledgers stay paused (no trim, no rollover)"
+                        ),
+                    );
+                }
+                if paused {
+                    "reconnected (paused meanwhile)".to_owned()
+                } else {
+                    "reconnected".to_owned()
+                }
             }
             Op::Ambiguous {
                 node,
@@ -666,8 +707,26 @@ impl Run {
     }
 
     async fn latest_switch(&self) -> Option<SwitchStatus> {
-        let node = self.stack.any_node()?;
-        node.orchestrator().current_status().await.ok().flatten()
+        self.read_latest_switch().await.ok().flatten()
+    }
+
+    /// The latest switch as the first running node that can read it sees it;
+    /// `Err` when no node could (every connection lost or no node running).
+    /// A failed read is not "no switch": the checker must not compare it
+    /// with a successful one (seed 106720 did, and reported a refused call
+    /// as a recorded switch).
+    async fn read_latest_switch(&self) -> Result<Option<SwitchStatus>, String> {
+        let mut last = "no node runs".to_owned();
+        for slot in &self.stack.slots {
+            let Some(node) = slot.node.as_ref() else {
+                continue;
+            };
+            match node.orchestrator().current_status().await {
+                Ok(st) => return Ok(st),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
     }
 
     /// A canary of `prefix` was just started: no other coordinator may have
@@ -790,8 +849,15 @@ impl Run {
     /// A forced cleanup of the latest switch until it is done.
     async fn final_cleanup(&mut self) {
         for _ in 0..5 {
-            let Some(st) = self.latest_switch().await else {
-                return;
+            let st = match self.read_latest_switch().await {
+                Ok(Some(st)) => st,
+                Ok(None) => return,
+                // No node could read it (a connection still lost): wait and
+                // read again rather than skip the final cleanup.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    continue;
+                }
             };
             if !matches!(
                 st.phase,

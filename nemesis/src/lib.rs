@@ -28,6 +28,7 @@ pub mod traffic;
 pub use checker::{Violation, ViolationKind};
 pub use history::{plan_of, replay_command, run_embedded, Figures, Outcome};
 pub use plan::{Op, Plan, Settings};
+pub use stack::SessionCounts;
 
 /// Totals over many histories.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,6 +43,9 @@ pub struct Totals {
     pub operator_calls: usize,
     /// Acknowledged publishes.
     pub published: usize,
+    /// Metadata sessions lost and the trims and rollovers put off meanwhile
+    /// (the pause at work), over every history.
+    pub sessions: SessionCounts,
     /// Histories that failed, with their seeds.
     pub failed: Vec<u64>,
     /// Violations found.
@@ -58,6 +62,9 @@ impl Totals {
         self.faults += o.figures.faults;
         self.operator_calls += o.figures.operator_calls;
         self.published += o.figures.published;
+        self.sessions.losses += o.figures.sessions.losses;
+        self.sessions.deferred_trims += o.figures.sessions.deferred_trims;
+        self.sessions.deferred_rollovers += o.figures.sessions.deferred_rollovers;
         self.violations += o.violations.0.len();
         if !o.passed() {
             self.failed.push(o.seed);

@@ -87,6 +87,30 @@ pub struct Stack {
     /// Every node's wall clock: virtual time, moved forward by
     /// [`Op::MoveClock`](crate::plan::Op::MoveClock).
     pub clock: Arc<VirtualClock>,
+    /// What the metadata sessions of stopped and crashed nodes counted.
+    stopped_sessions: SessionCounts,
+}
+
+/// What the managed ledgers' metadata sessions of a history counted
+/// ([`MetadataSession`](bkswitch_managed_ledger::MetadataSession)), summed over
+/// every node that ran.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SessionCounts {
+    /// Sessions lost (connection loss or expiry).
+    pub losses: u64,
+    /// Trims refused while a session was lost.
+    pub deferred_trims: u64,
+    /// Data or cursor ledger rollovers put off while a session was lost.
+    pub deferred_rollovers: u64,
+}
+
+impl SessionCounts {
+    fn add(&mut self, node: &Node) {
+        let s = node.metadata_session();
+        self.losses += s.losses();
+        self.deferred_trims += s.deferred_trims();
+        self.deferred_rollovers += s.deferred_rollovers();
+    }
 }
 
 /// A wall clock that follows tokio's (paused, virtual) time from a fixed
@@ -152,6 +176,7 @@ impl Stack {
             duplicates: Vec::new(),
             directory: Directory::default(),
             clock: Arc::new(VirtualClock::new()),
+            stopped_sessions: SessionCounts::default(),
         };
         *stack.directory.lock() = vec![None; stack.settings.nodes];
         for i in 0..stack.settings.nodes {
@@ -223,6 +248,7 @@ impl Stack {
         };
         slot.router = None;
         self.directory.lock()[i] = None;
+        self.stopped_sessions.add(&node);
         slot.store.gate.set_down(true);
         let _ = slot.store.session.expire_session();
         let _ = tokio::time::timeout(Duration::from_secs(60), node.stop()).await;
@@ -234,6 +260,7 @@ impl Stack {
         let slot = &mut self.slots[i];
         slot.router = None;
         if let Some(node) = slot.node.take() {
+            self.stopped_sessions.add(&node);
             let _ = tokio::time::timeout(Duration::from_secs(60), node.stop()).await;
         }
     }
@@ -254,6 +281,15 @@ impl Stack {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("did not start within 60 s".to_owned()),
         }
+    }
+
+    /// What the metadata sessions of every node that ran counted so far.
+    pub fn session_counts(&self) -> SessionCounts {
+        let mut c = self.stopped_sessions;
+        for node in self.slots.iter().filter_map(|s| s.node.as_ref()) {
+            c.add(node);
+        }
+        c
     }
 
     /// The running node `i`, if any.

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use bkswitch_nemesis::regressions::{directed, directed_plan, DIRECTED, REGRESSION_SEEDS};
+use bkswitch_nemesis::regressions::{
+    directed, directed_plan, CHECKER_SEEDS, DIRECTED, REGRESSION_SEEDS,
+};
 use bkswitch_nemesis::{run_embedded, run_many, Outcome, Plan};
 
 /// How many random histories CI runs.
@@ -43,6 +45,11 @@ fn random_embedded_histories_have_no_violation() {
     });
     assert_eq!(totals.histories, CI_HISTORIES as usize);
     assert!(totals.published > 0 && totals.faults > 0, "{totals:?}");
+    // Session faults are injected, and the pause shows (issue #20, item 6).
+    assert!(
+        totals.sessions.losses > 0 && totals.sessions.deferred_rollovers > 0,
+        "{totals:?}"
+    );
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for o in &failed {
         for k in o.kinds() {
@@ -61,7 +68,7 @@ fn random_embedded_histories_have_no_violation() {
 #[test]
 fn regression_seeds_pass() {
     let mut failed = Vec::new();
-    for r in REGRESSION_SEEDS {
+    for r in REGRESSION_SEEDS.iter().chain(CHECKER_SEEDS) {
         let o = run_embedded(&Plan::generate(r.seed));
         if !o.passed() {
             failed.push(format!(
@@ -104,7 +111,36 @@ fn every_directed_history_has_a_test() {
             "misaligned_canary_prefix_scopes_schemas_like_ledgers",
             "ambiguous_cursor_write_in_a_canary_promote",
             "duplicate_node_id",
+            "connection_lost_on_every_node",
         ]
+    );
+}
+
+/// Issue #20, item 6: the nemesis shows the pause. Every node loses its
+/// metadata connection in turn under traffic; the checker finds no
+/// `SessionPause` violation (each node's managed ledgers saw the session lost
+/// and back), and the figures show the work put off meanwhile.
+#[test]
+fn directed_6_connection_lost_on_every_node_pauses_trims_and_rollovers() {
+    let d = directed("connection_lost_on_every_node").unwrap();
+    let o = run_embedded(&directed_plan(d));
+    assert!(o.passed(), "{}\ntrace:\n{}", o.report(), o.trace.join("\n"));
+    let paused = o
+        .trace
+        .iter()
+        .filter(|l| l.contains("reconnected (paused meanwhile)"))
+        .count();
+    assert!(
+        paused >= 1,
+        "no node paused while its connection was lost: {:?}",
+        o.trace
+    );
+    let s = o.figures.sessions;
+    assert!(s.losses >= paused as u64, "{s:?}");
+    assert!(
+        s.deferred_rollovers > 0,
+        "traffic went on for 9 s without a connection and 8-entry ledgers, yet no rollover \
+         was put off: {s:?}"
     );
 }
 

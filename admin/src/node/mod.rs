@@ -180,6 +180,13 @@ impl Node {
         &self.inner.schemas
     }
 
+    /// Whether this node's metadata session is up, as its managed ledgers
+    /// see it, and how many trims and rollovers they deferred while it was
+    /// lost ([`MetadataSession`](bkswitch_managed_ledger::MetadataSession)).
+    pub fn metadata_session(&self) -> std::sync::Arc<bkswitch_managed_ledger::MetadataSession> {
+        self.inner.factory.metadata_session()
+    }
+
     /// How many cursor promotions this node executed for a coordinator through
     /// `POST /internal/promote-cursor`.
     pub fn cursor_promotions_served(&self) -> u64 {
