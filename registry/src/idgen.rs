@@ -195,6 +195,19 @@ pub struct PrecheckResult {
     /// the check cannot be made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_idgen_error: Option<String>,
+    /// Whether this is the precheck of a rollback: going back from a
+    /// switch's target (the source here) to its source (the target here).
+    #[serde(default)]
+    pub rollback: bool,
+    /// When not `ready` and the source's generator could be read: the id the
+    /// target's generator must be advanced beyond for the check to pass (the
+    /// coordinator's safety margin included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance_beyond: Option<i64>,
+    /// The exact command that advances it (`bookie-switch idgen
+    /// --metadata-service-uri <target's URI> --advance-beyond N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance_command: Option<String>,
 }
 
 impl Registry {
@@ -263,6 +276,9 @@ impl Registry {
             at_risk_ledger_ids: at_risk,
             at_risk_ledger_count: count,
             source_idgen_error,
+            rollback: false,
+            advance_beyond: None,
+            advance_command: None,
         })
     }
 }

@@ -161,9 +161,14 @@ pub enum OrchestratorError {
 /// The operator's message for a refused idgen precheck: what is wrong and the
 /// exact bound to advance the target's generator beyond.
 fn precheck_refusal(r: &PrecheckResult) -> String {
+    let what = if r.rollback {
+        "the rollback"
+    } else {
+        "the switch"
+    };
     if let Some(e) = &r.source_idgen_error {
         return format!(
-            "idgen precheck refused the switch from `{}` to `{}`: the source's ledger id \
+            "idgen precheck refused {what} from `{}` to `{}`: the source's ledger id \
              generator cannot be read ({e}), so the target's next ledger id {} cannot be checked \
              against it; fix access to `{}`'s metadata and retry",
             r.source_cluster_name,
@@ -172,39 +177,43 @@ fn precheck_refusal(r: &PrecheckResult) -> String {
             r.source_cluster_name
         );
     }
+    // The exact step, when the orchestrator computed it (the safety margin
+    // included); else the bound the registry's check alone gives.
+    let step = match (r.advance_beyond, &r.advance_command) {
+        (Some(id), Some(cmd)) => format!(
+            "advance `{}`'s ledger id generator beyond {id} (`{cmd}`) and retry",
+            r.target_cluster_name
+        ),
+        _ => match r.source_max_ledger_id.max(r.source_next_ledger_id) {
+            Some(id) => format!(
+                "advance `{}`'s ledger id generator beyond {id} (`bookie-switch idgen \
+                 --metadata-service-uri <its URI> --advance-beyond {id}`) and retry",
+                r.target_cluster_name
+            ),
+            None => format!(
+                "advance `{}`'s ledger id generator beyond every id `{}` handed out and retry",
+                r.target_cluster_name, r.source_cluster_name
+            ),
+        },
+    };
     if let Some(next) = r.source_next_ledger_id {
         if r.idgen_advanced_beyond_source && r.target_next_ledger_id > next {
             // Ordered, but too close: the coordinator's safety margin refused it.
             return format!(
-                "idgen precheck refused the switch from `{}` to `{}`: the target's next ledger \
+                "idgen precheck refused {what} from `{}` to `{}`: the target's next ledger \
                  id {} is only {} id(s) beyond the source's next id {next}, less than the idgen \
-                 safety margin (`idgenSafetyMargin`): nodes keep creating ledgers on the source \
-                 until they applied the switch, and each of those ids must stay below the \
-                 target's; advance `{}`'s ledger id generator beyond {next} plus the margin \
-                 (`bookie-switch idgen --metadata-service-uri <its URI> --advance-beyond <id>`) \
-                 and retry",
+                 safety margin (`bookieClusterIdgenSafetyMargin`): nodes keep creating ledgers \
+                 on the source until they applied the directive, and each of those ids must stay \
+                 below the target's; {step}",
                 r.source_cluster_name,
                 r.target_cluster_name,
                 r.target_next_ledger_id,
                 r.target_next_ledger_id - next,
-                r.target_cluster_name
             );
         }
     }
-    let beyond = r.source_max_ledger_id.max(r.source_next_ledger_id);
-    let step = match beyond {
-        Some(id) => format!(
-            "advance `{}`'s ledger id generator beyond {id} (`bookie-switch idgen \
-             --metadata-service-uri <its URI> --advance-beyond {id}`) and retry",
-            r.target_cluster_name
-        ),
-        None => format!(
-            "advance `{}`'s ledger id generator beyond every id `{}` handed out and retry",
-            r.target_cluster_name, r.source_cluster_name
-        ),
-    };
     format!(
-        "idgen precheck refused the switch from `{}` to `{}`: the target's next ledger id {} \
+        "idgen precheck refused {what} from `{}` to `{}`: the target's next ledger id {} \
          is not above the source's ids (next {}, highest copied {}; {} copied id(s) at risk{}); \
          {step}",
         r.source_cluster_name,

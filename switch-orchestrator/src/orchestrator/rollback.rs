@@ -56,12 +56,7 @@ impl Orchestrator {
             // created on the source again (I11 in docs/INVARIANTS.md,
             // ordering). So the source's id generator must be beyond the
             // target's.
-            let check = self
-                .inner
-                .registry
-                .precheck(&sw.target, &sw.source, &[], self.inner.idgen.as_ref())
-                .await
-                .map(|p| self.with_margin(p))?;
+            let check = self.rollback_precheck(&sw.target, &sw.source).await?;
             if !check.ready {
                 return Err(OrchestratorError::PrecheckFailed(Box::new(check)));
             }

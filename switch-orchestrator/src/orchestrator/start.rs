@@ -470,8 +470,47 @@ impl Orchestrator {
                 name: target.to_owned(),
             });
         }
-        let source = self.active_cluster().await?;
+        let latest = match self.switch_ids().await?.pop() {
+            Some(id) => Some(self.load(&id).await?.0),
+            None => None,
+        };
+        let mut source = self.active_cluster().await?;
+        if let Some(sw) = latest.filter(|sw| {
+            !sw.phase.is_final() && sw.phase != Phase::RolledBack && !sw.cleanup_started
+        }) {
+            if target == sw.source {
+                // Back to the switch's source: the precheck of its rollback,
+                // from the cluster new ledgers go to now.
+                return self.rollback_precheck(&sw.target, &sw.source).await;
+            }
+            if target != sw.target {
+                // A switch after this one would start from its target.
+                source = sw.target;
+            }
+        }
+        if source == target {
+            return Err(OrchestratorError::AlreadyActive {
+                name: target.to_owned(),
+            });
+        }
         Ok(self.precheck_from(&source, target).await??)
+    }
+
+    /// The idgen precheck of a rollback from `from` (a switch's target) back
+    /// to `to` (its source): ledgers created on `from` since the switch have
+    /// ids up to its next id, and a managed ledger's positions must keep
+    /// increasing once its next ledger is created on `to` again (I11 in
+    /// docs/INVARIANTS.md, ordering), so `to`'s generator must be beyond
+    /// `from`'s, by the safety margin.
+    pub(super) async fn rollback_precheck(&self, from: &str, to: &str) -> Result<PrecheckResult> {
+        let p = self
+            .inner
+            .registry
+            .precheck(from, to, &[], self.inner.idgen.as_ref())
+            .await?;
+        let mut p = self.advise(p).await;
+        p.rollback = true;
+        Ok(p)
     }
 
     /// The ACTIVE cluster: the source of a switch.
@@ -523,10 +562,49 @@ impl Orchestrator {
             }
         }
         kept.extend(max);
-        Ok(registry
-            .precheck(source, target, &kept, self.inner.idgen.as_ref())
-            .await
-            .map(|p| self.with_margin(p)))
+        Ok(
+            match registry
+                .precheck(source, target, &kept, self.inner.idgen.as_ref())
+                .await
+            {
+                Ok(p) => Ok(self.advise(p).await),
+                Err(e) => Err(e),
+            },
+        )
+    }
+
+    /// The registry's precheck made stricter by the safety margin
+    /// ([`with_margin`](Self::with_margin)) and, when it is not ready, the
+    /// exact bound to advance the target's generator beyond and the command
+    /// that does it (`advanceBeyond`, `advanceCommand`).
+    pub(super) async fn advise(&self, p: PrecheckResult) -> PrecheckResult {
+        let mut p = self.with_margin(p);
+        if p.ready {
+            return p;
+        }
+        let Some(next) = p.source_next_ledger_id else {
+            // The source's generator cannot be read: no number to give
+            // (`sourceIdgenError` says what to fix).
+            return p;
+        };
+        let margin = self.inner.config.idgen_safety_margin.max(1);
+        // `--advance-beyond N` makes the target's next id at least N + 1;
+        // ready needs it above the highest copied id and at least the margin
+        // beyond the source's next id.
+        let beyond = p
+            .source_max_ledger_id
+            .unwrap_or(i64::MIN)
+            .max(next.saturating_add(margin - 1))
+            .max(next);
+        let uri = match self.inner.registry.get(&p.target_cluster_name).await {
+            Ok(Some(rec)) => rec.metadata_service_uri,
+            _ => "<its metadata-service URI>".to_owned(),
+        };
+        p.advance_beyond = Some(beyond);
+        p.advance_command = Some(format!(
+            "bookie-switch idgen --metadata-service-uri {uri} --advance-beyond {beyond}"
+        ));
+        p
     }
 
     /// The registry's precheck made stricter by the idgen safety margin
