@@ -4,16 +4,11 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
-pub mod cli;
 mod client;
-pub mod demo;
 mod http;
 pub mod metrics;
 mod node;
-mod progress;
-pub mod settings;
 pub mod testkit;
-mod traffic;
 pub mod wire;
 
 pub use client::{AdminClient, ClientError};
@@ -22,4 +17,3 @@ pub use node::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
     WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
 };
-pub use traffic::{encode_payload, PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
 use bkswitch_admin::Node;
-use bkswitch_admin::{TopicHandle, Traffic};
 use bkswitch_bk_client::{MemoryClusters, UnavailableMode};
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_hardening::{clusters, node_config, wait_for, wait_switched, ADMIN};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
