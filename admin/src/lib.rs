@@ -1,5 +1,5 @@
-//! Operator surface of bkswitch: the `bookie-clusters` REST API and CLI, and the
-//! `bookie-switch` binary (`demo`, `serve`).
+//! Operator surface of bkswitch, as a library a broker embeds: the node, the
+//! `bookie-clusters` REST API, its wire types and client, and the metrics.
 //!
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
@@ -8,10 +8,12 @@ mod client;
 mod http;
 pub mod metrics;
 mod node;
+mod start;
 pub mod testkit;
 pub mod wire;
 
 pub use client::{AdminClient, ClientError};
+pub use http::exposition;
 pub use http::router as rest_router;
 pub use node::{
     standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
