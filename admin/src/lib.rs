@@ -3,12 +3,16 @@
 //!
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+// The README (the crate's documentation) links the test kit, which exists only
+// with the `testkit` feature.
+#![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
 mod client;
 mod http;
 pub mod metrics;
 mod node;
 mod start;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod wire;
 
