@@ -117,7 +117,7 @@ fn bookie_switch() -> PathBuf {
         .arg("build")
         .arg("--manifest-path")
         .arg(&manifest)
-        .args(["--profile", profile, "-p", "bkswitch-admin"])
+        .args(["--profile", profile, "-p", "bkswitch-cli"])
         .args(["--bin", "bookie-switch", "--message-format", "json"])
         .stderr(Stdio::inherit())
         .output()

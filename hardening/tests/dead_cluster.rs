@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
 use bkswitch_admin::Node;
-use bkswitch_admin::{TopicHandle, Traffic};
 use bkswitch_bk_client::{MemoryClusters, UnavailableMode};
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_hardening::{clusters, node_config, wait_for, wait_switched, ADMIN};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
@@ -199,7 +199,7 @@ async fn scenario_a(mode: UnavailableMode) {
         .find(|(c, _)| c == "old")
         .map_or(0, |(_, n)| n);
     assert!(fail_fast >= names.len() as u64, "{mode:?}: {fail_fast}");
-    let text = bkswitch_admin::metrics::render(&nodes[1]).await;
+    let text = bkswitch_admin::exposition::render(&nodes[1]).await;
     let exported: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("bkswitch_fail_fast_reads_total{cluster=\"old\"} "))

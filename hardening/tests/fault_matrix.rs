@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_admin::Node;
-use bkswitch_admin::{TopicHandle, Traffic};
 use bkswitch_bk_client::MemoryClusters;
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_hardening::{clusters, start_node, tree, wait_for};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};

@@ -12,8 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::{AdminClient, TopicHandle, Traffic};
+use bkswitch_admin::AdminClient;
 use bkswitch_bk_harness::{encoded, judged, PulsarJudge, PulsarKind};
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_hardening::{clusters, start_node, wait_switched, ADMIN};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
 use bkswitch_admin::Node;
-use bkswitch_admin::{TopicHandle, Traffic, TrafficReport};
 use bkswitch_bk_client::MemoryClusters;
+use bkswitch_cli::{TopicHandle, Traffic, TrafficReport};
 use bkswitch_hardening::{clusters, start_node, tree, wait_for, wait_switched, ADMIN};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};

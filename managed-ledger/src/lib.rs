@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+// The README (the crate's documentation) links the test kit, which exists only
+// with the `testkit` feature.
+#![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
 mod clock;
 mod ctx;
@@ -15,6 +18,7 @@ mod session;
 mod storage;
 
 pub mod schema;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 pub use clock::{Clock, SystemClock};

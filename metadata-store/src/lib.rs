@@ -1,13 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
-// The README (the crate's documentation) links the ZooKeeper items, which exist
-// only with the `zk` feature.
-#![cfg_attr(not(feature = "zk"), allow(rustdoc::broken_intra_doc_links))]
+// The README (the crate's documentation) links the ZooKeeper items and the test
+// kit, which exist only with the `zk` and `testkit` features.
+#![cfg_attr(
+    not(all(feature = "zk", feature = "testkit")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 mod error;
 mod memory;
 mod path;
 mod store;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod types;
 #[cfg(feature = "zk")]

@@ -117,7 +117,7 @@ pub fn bookie_switch_binary() -> Result<PathBuf, String> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "-p", "bkswitch-admin", "--bin", "bookie-switch"])
+        .args(["build", "-p", "bkswitch-cli", "--bin", "bookie-switch"])
         .status()
         .map_err(|e| format!("cannot run cargo to build bookie-switch: {e}"))?;
     if !status.success() {

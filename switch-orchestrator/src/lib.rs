@@ -1,11 +1,15 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+// The README (the crate's documentation) links the test kit, which exists only
+// with the `testkit` feature.
+#![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
 mod error;
 mod model;
 mod orchestrator;
 mod owners;
 mod scan;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod usage;
 

@@ -186,18 +186,18 @@ pub(super) async fn promote_cursor(
 /// `GET /metrics`: every metric, in OpenMetrics when the client asks for it
 /// (Prometheus does), else in the classic Prometheus text format.
 pub(super) async fn metrics(Live(node): Live, headers: axum::http::HeaderMap) -> Response {
-    let body = crate::metrics::render(&node).await;
+    let body = super::exposition::render(&node).await;
     let openmetrics = headers
         .get_all(axum::http::header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("application/openmetrics-text"));
     let (content_type, body) = if openmetrics {
-        (crate::metrics::CONTENT_TYPE, body)
+        (super::exposition::CONTENT_TYPE, body)
     } else {
         (
-            crate::metrics::TEXT_CONTENT_TYPE,
-            crate::metrics::to_prometheus_text(&body),
+            super::exposition::TEXT_CONTENT_TYPE,
+            super::exposition::to_prometheus_text(&body),
         )
     };
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()

@@ -8,7 +8,7 @@
 //! limited to [`MAX_BODY_BYTES`] and unknown JSON fields are rejected
 //! (`extract.rs`). Every 4xx answer is given before anything is written to the
 //! metadata store (`handlers.rs`); `error.rs` maps every library error onto
-//! the error body.
+//! the error body; `exposition.rs` renders `GET /metrics`.
 //!
 //! The layer uses only [`Node`]'s public API, and holds the node through a
 //! [`WeakNode`](crate::node::WeakNode): dropping every [`Node`] handle still
@@ -16,6 +16,7 @@
 
 mod auth;
 mod error;
+pub mod exposition;
 mod extract;
 mod handlers;
 

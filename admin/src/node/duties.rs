@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 /// Runs the orchestrator for every duty the registry sync hands this node
 /// (it is the directive's origin, or the elected leader).
-pub(super) async fn coordinate(
+pub(crate) async fn coordinate(
     node_id: String,
     orchestrator: Orchestrator,
     metrics: Arc<NodeMetrics>,
@@ -94,7 +94,7 @@ pub(super) async fn run_switch(
 
 /// Rolls over every owned topic at `rate` topics per second after each
 /// applied directive ([design §5.2](bkswitch_docs::design)).
-pub(super) async fn roll_after_switch(
+pub(crate) async fn roll_after_switch(
     node_id: String,
     topics: Arc<LocalTopics>,
     rate: u32,
@@ -122,7 +122,7 @@ pub(super) async fn roll_after_switch(
 /// canaries left unfinished ([`Orchestrator::resume_canaries`]) and runs one
 /// pass of the automatic cleanup ([`Orchestrator::auto_cleanup`]: after the
 /// dual-read timeout, never inside the rollback window).
-pub(super) async fn clean_up_by_itself(
+pub(crate) async fn clean_up_by_itself(
     node: crate::node::WeakNode,
     interval: Duration,
     mut stop: watch::Receiver<bool>,

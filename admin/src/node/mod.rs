@@ -18,16 +18,16 @@
 //!   over HTTP, which the REST API serves through
 //!   [`Node::serve_cursor_promotion`].
 //!
-//! Files: `config.rs` (settings and errors), `start.rs` (start-up: every part
-//! built and wired, the REST server included), `ownership.rs` (who owns a
-//! topic, how a coordinator reaches it), `duties.rs` (the background loops);
-//! this file is the running node's handle.
+//! Files: `config.rs` (settings and errors), `ownership.rs` (who owns a
+//! topic, how a coordinator reaches it), `duties.rs` (the background loops),
+//! `registration.rs` (the node id's registration); this file is the running
+//! node's handle. Start-up, where the node meets the REST server, is
+//! the `start` module, above both.
 
 mod config;
-mod duties;
-mod ownership;
-mod registration;
-mod start;
+pub(crate) mod duties;
+pub(crate) mod ownership;
+pub(crate) mod registration;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -58,23 +58,23 @@ use crate::wire::NodeStatus;
 /// Everything a running node holds. The background tasks hold only the parts
 /// they use, and the REST server a [`WeakNode`], so dropping every [`Node`]
 /// drops this, closes `stop` and ends them all.
-struct NodeInner {
-    config: NodeConfig,
-    storage: MultiClusterManagedLedgerStorage,
-    registry: Registry,
-    sync: RegistrySync,
-    orchestrator: Orchestrator,
-    topics: Arc<LocalTopics>,
-    factory: ManagedLedgerFactory,
-    schemas: SchemaStorage,
-    url: String,
+pub(crate) struct NodeInner {
+    pub(crate) config: NodeConfig,
+    pub(crate) storage: MultiClusterManagedLedgerStorage,
+    pub(crate) registry: Registry,
+    pub(crate) sync: RegistrySync,
+    pub(crate) orchestrator: Orchestrator,
+    pub(crate) topics: Arc<LocalTopics>,
+    pub(crate) factory: ManagedLedgerFactory,
+    pub(crate) schemas: SchemaStorage,
+    pub(crate) url: String,
     /// This node's node-id registration (given up by [`Node::stop`]).
-    registration: registration::Registration,
+    pub(crate) registration: registration::Registration,
     /// Cursor promotions this node executed for a coordinator over HTTP.
-    promotions_served: AtomicU64,
-    metrics: Arc<crate::metrics::NodeMetrics>,
-    tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
-    stop: watch::Sender<bool>,
+    pub(crate) promotions_served: AtomicU64,
+    pub(crate) metrics: Arc<crate::metrics::NodeMetrics>,
+    pub(crate) tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) stop: watch::Sender<bool>,
 }
 
 /// A running broker-like node: the multi-cluster storage, the registry sync,
@@ -99,7 +99,7 @@ struct NodeInner {
 ///   [`Node::serve_cursor_promotion`].
 #[derive(Clone)]
 pub struct Node {
-    inner: Arc<NodeInner>,
+    pub(crate) inner: Arc<NodeInner>,
 }
 
 /// A handle to a [`Node`] that does not keep it running: the REST server holds
@@ -160,7 +160,7 @@ impl Node {
     }
 
     /// This node's long-lived metrics (ledger operations per cluster, switch
-    /// events); [`crate::metrics::render`] adds the rest at scrape time.
+    /// events); the `/metrics` exposition adds the rest at scrape time.
     pub fn metrics(&self) -> &crate::metrics::NodeMetrics {
         &self.inner.metrics
     }

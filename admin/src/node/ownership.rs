@@ -126,12 +126,12 @@ pub(super) async fn release(store: &dyn MetadataStore, path: &str, node_id: &str
 
 /// Topic ownership from the ownership nodes: this node's topics are promoted
 /// in process, other nodes' over HTTP.
-pub(super) struct NodeOwners {
-    pub(super) store: Arc<dyn MetadataStore>,
-    pub(super) root: String,
-    pub(super) node_id: String,
-    pub(super) local: Arc<LocalTopics>,
-    pub(super) internal_token: String,
+pub(crate) struct NodeOwners {
+    pub(crate) store: Arc<dyn MetadataStore>,
+    pub(crate) root: String,
+    pub(crate) node_id: String,
+    pub(crate) local: Arc<LocalTopics>,
+    pub(crate) internal_token: String,
 }
 
 #[async_trait]

@@ -41,7 +41,7 @@ const ATTEMPTS: usize = 8;
 /// The value of a node-id registration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Registration {
+pub(crate) struct Registration {
     /// The node id.
     pub(super) node_id: String,
     /// Its REST base URL.
@@ -52,7 +52,7 @@ pub(super) struct Registration {
 
 impl Registration {
     /// The registration of a node starting now.
-    pub(super) fn new(node_id: &str, url: &str) -> Registration {
+    pub(crate) fn new(node_id: &str, url: &str) -> Registration {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -81,7 +81,7 @@ fn path(root: &str, node_id: &str) -> String {
 ///
 /// [`NodeError::DuplicateNodeId`] when a live node holds the id (nothing
 /// written); [`NodeError::Metadata`].
-pub(super) async fn register(
+pub(crate) async fn register(
     store: &dyn MetadataStore,
     root: &str,
     reg: &Registration,
@@ -128,7 +128,7 @@ pub(super) async fn register(
 }
 
 /// Gives the registration up if it is still `reg`'s (best effort).
-pub(super) async fn deregister(store: &dyn MetadataStore, root: &str, reg: &Registration) {
+pub(crate) async fn deregister(store: &dyn MetadataStore, root: &str, reg: &Registration) {
     let path = path(root, &reg.node_id);
     if let Ok(Some(r)) = store.get(&path).await {
         if serde_json::from_slice::<Registration>(&r.value)
@@ -145,7 +145,7 @@ pub(super) async fn deregister(store: &dyn MetadataStore, root: &str, reg: &Regi
 /// disappears (a session expiry, a deletion), it is taken again as at start
 /// ([`register`]); a live node that took the id meanwhile is logged as an
 /// error (two nodes now run with one id) and left alone.
-pub(super) async fn keep(
+pub(crate) async fn keep(
     store: Arc<dyn MetadataStore>,
     root: String,
     reg: Registration,

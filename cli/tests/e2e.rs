@@ -8,7 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bkswitch_admin::{AdminClient, Node, TopicHandle, Traffic};
+use bkswitch_admin::{AdminClient, Node};
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_proto::codec::decode_managed_cursor_info;

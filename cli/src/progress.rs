@@ -7,7 +7,7 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::wire::SwitchStatus;
+use bkswitch_admin::wire::SwitchStatus;
 
 /// `(BUILD failures, PROMOTE failures)`.
 fn split_failures(s: &SwitchStatus) -> (u64, u64) {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::progress::{build_progress, promote_progress};
-use crate::wire::{
+use bkswitch_admin::wire::{
     CleanupReport, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, NodeStatus,
     PrecheckResult, SwitchStatus,
 };

@@ -17,8 +17,8 @@ use super::bookies::Bookies;
 use super::error::{step_err, DemoError};
 use super::phases::{ms, Timings};
 use super::report::InvariantCheck;
-use crate::node::Node;
 use crate::traffic::TrafficReport;
+use bkswitch_admin::Node;
 
 /// The checks made so far, in order.
 #[derive(Debug, Default)]
@@ -172,7 +172,7 @@ impl Checks {
 
 /// Every node of the metadata tree with its value, sorted by path.
 pub(super) async fn snapshot_tree(store: &dyn MetadataStore) -> BTreeMap<String, Vec<u8>> {
-    crate::testkit::tree(store)
+    bkswitch_admin::testkit::tree(store)
         .await
         .into_iter()
         .map(|(p, (v, _))| (p, v))

@@ -11,7 +11,7 @@ use bkswitch_registry::IdgenSource;
 use bkswitch_zk_harness::ZkServer;
 
 use super::error::{step_err, DemoError};
-use crate::node::{standard_client_factory, standard_idgen_source};
+use bkswitch_admin::{standard_client_factory, standard_idgen_source};
 
 /// Which bookie clusters the demo runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

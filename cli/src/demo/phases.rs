@@ -11,11 +11,11 @@ use bkswitch_switch_orchestrator::{LedgerKind, LedgerState};
 use super::error::{step_err, DemoError};
 use super::options::Say;
 use super::setup::{schema_id, Stack};
-use crate::client::{AdminClient, ClientError};
-use crate::node::Node;
 use crate::progress::SwitchBars;
 use crate::traffic::TopicHandle;
-use crate::wire::{CleanupRequest, ClusterStatus};
+use bkswitch_admin::wire::{CleanupRequest, ClusterStatus};
+use bkswitch_admin::Node;
+use bkswitch_admin::{AdminClient, ClientError};
 
 /// How long the switch takes to show, measured from `POST /switch`.
 #[derive(Debug, Clone, Copy, Default)]

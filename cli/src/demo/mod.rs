@@ -36,8 +36,8 @@ use error::step_err;
 use phases::{ms, LedgerCounts, Timings};
 use setup::{Stack, ADMIN_TOKEN};
 
-use crate::client::AdminClient;
 use crate::traffic::{Traffic, TrafficPhase, TrafficReport};
+use bkswitch_admin::AdminClient;
 
 /// Runs the demo; `say` receives human progress lines.
 ///

@@ -1,13 +1,11 @@
 //! [`Node::start`]: every part of a node built and wired, its REST server and
 //! background duties spawned.
 //!
-//! This is the node's one `impl` block outside `mod.rs`, on purpose: start-up
-//! is where the node meets the HTTP layer (`crate::http`), which itself uses
-//! only [`Node`]'s public API. Keeping it here leaves the node's handle
-//! (`mod.rs`) free of any import of the HTTP layer, so the two do not depend on
-//! each other.
+//! Start-up sits above both the node (`crate::node`) and the HTTP layer
+//! (`crate::http`): it is the one module that imports both. The node's handle
+//! imports nothing of the HTTP layer or of the metrics exposition, and the HTTP
+//! layer uses only [`Node`]'s public API, so no two modules import each other.
 
-use crate::metrics::{metered, NodeMetrics};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -20,10 +18,11 @@ use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::duties::{clean_up_by_itself, coordinate, roll_after_switch};
-use super::ownership::NodeOwners;
-use super::registration::{deregister, keep, register, Registration};
-use super::{Node, NodeConfig, NodeError, NodeInner};
+use crate::metrics::{metered, NodeMetrics};
+use crate::node::duties::{clean_up_by_itself, coordinate, roll_after_switch};
+use crate::node::ownership::NodeOwners;
+use crate::node::registration::{deregister, keep, register, Registration};
+use crate::node::{Node, NodeConfig, NodeError, NodeInner};
 
 impl Node {
     /// Starts the node: storage, registry sync, REST API, coordinator loop and

@@ -13,8 +13,8 @@ use super::render::{
     write_precheck, write_switch,
 };
 use super::watch::watch_status;
-use crate::client::AdminClient;
-use crate::wire::CleanupRequest;
+use bkswitch_admin::wire::CleanupRequest;
+use bkswitch_admin::AdminClient;
 
 type Result = std::result::Result<(), CliError>;
 

@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use bkswitch_admin::wire::CleanupRequest;
 use bkswitch_admin::{
-    standard_client_factory, standard_idgen_source, AdminClient, Node, NodeConfig, TopicHandle,
-    Traffic,
+    standard_client_factory, standard_idgen_source, AdminClient, Node, NodeConfig,
 };
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_bk_harness::{BkCluster, DigestType, JavaClient};
 use bkswitch_bookkeeper::{advance_ledger_id_generator, ClientConfig};
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::{InitialPosition, Position};
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_mledger_spi::ManagedLedgerConfig;

@@ -11,7 +11,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bkswitch_admin::{Node, TopicHandle, Traffic};
+use bkswitch_admin::Node;
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_proto::Stamped;
@@ -211,8 +212,8 @@ async fn a_namespace_moves_first_and_back() {
         "list-overrides",
     ];
     let mut out = Vec::new();
-    bkswitch_admin::cli::run(
-        <bkswitch_admin::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap(),
+    bkswitch_cli::cli::run(
+        <bkswitch_cli::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap(),
         &mut out,
     )
     .await

@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::cli::{run, Cli};
-use bkswitch_admin::demo::{run_demo, DemoOptions};
+use bkswitch_cli::cli::{run, Cli};
+use bkswitch_cli::demo::{run_demo, DemoOptions};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::MemoryStore;
 use clap::Parser;

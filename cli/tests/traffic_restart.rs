@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::{encode_payload, TopicHandle, Traffic};
 use bkswitch_bk_client::{BookKeeper, MemoryCluster};
+use bkswitch_cli::{encode_payload, TopicHandle, Traffic};
 use bkswitch_managed_ledger::{InitialPosition, ManagedLedgerFactory};
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;

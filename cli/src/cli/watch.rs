@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::error::CliError;
 use super::render::{progress_line, write_node_status};
-use crate::client::AdminClient;
 use crate::progress::SwitchBars;
+use bkswitch_admin::AdminClient;
 
 /// How many consecutive retryable failures `status --watch` tolerates.
 pub const MAX_WATCH_ERRORS: u32 = 5;

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::client::ClientError;
+use bkswitch_admin::ClientError;
 
 /// Exit status for a failed request (server error, unreachable broker, bad token).
 pub const EXIT_FAILURE: u8 = 1;

@@ -5,15 +5,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
-use bkswitch_admin::settings::ServeSettings;
 use bkswitch_admin::wire::BASE_PATH;
-use bkswitch_admin::{
-    standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, TopicHandle,
-    Traffic,
-};
+use bkswitch_admin::{standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_bookkeeper::ClientConfig;
+use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
+use bkswitch_cli::settings::ServeSettings;
+use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use clap::{Args, Parser, Subcommand};
@@ -114,7 +112,7 @@ enum BookKeeperKind {
 struct ServeArgs {
     /// A broker-style `key=value` file with the proposal's keys
     /// (`bookkeeperMetadataServiceUri`, `migrationConcurrency`, …; the table
-    /// is in the README and in `bkswitch_admin::settings`). Flags override it.
+    /// is in the README and in `bkswitch_cli::settings`). Flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
     /// This node's id, unique among live nodes (file key `bkswitchNodeId`, default node-1).

@@ -13,8 +13,8 @@ use bkswitch_switch_orchestrator::OrchestratorConfig;
 use super::bookies::Bookies;
 use super::error::{step_err, DemoError};
 use super::options::DemoOptions;
-use crate::node::{Node, NodeConfig};
 use crate::traffic::TopicHandle;
+use bkswitch_admin::{Node, NodeConfig};
 
 /// The admin token of the demo's nodes.
 pub(super) const ADMIN_TOKEN: &str = "demo-admin-token";

@@ -1,10 +1,10 @@
 //! `bookie-clusters`: the operator CLI of the bookie-clusters REST API (a thin
-//! shell over [`bkswitch_admin::cli`]).
+//! shell over [`bkswitch_cli::cli`]).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use bkswitch_admin::cli::{run_with, write_error, Cli, CliError, RunOptions, EXIT_FAILURE};
+use bkswitch_cli::cli::{run_with, write_error, Cli, CliError, RunOptions, EXIT_FAILURE};
 use clap::Parser;
 
 fn main() -> ExitCode {

@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use bkswitch_admin::cli::{run, write_error, Cli, CliError, EXIT_FAILURE, EXIT_NOT_INSTALLED};
 use bkswitch_admin::wire::{
     CleanupRequest, CleanupTargets, Phase, PromoteCursorRequest, PromoteCursorResponse,
     PromoteOutcome, ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest,
@@ -19,6 +18,7 @@ use bkswitch_admin::wire::{
 };
 use bkswitch_admin::{AdminClient, ClientError};
 use bkswitch_bk_router::ReadMode;
+use bkswitch_cli::cli::{run, write_error, Cli, CliError, EXIT_FAILURE, EXIT_NOT_INSTALLED};
 use bkswitch_registry::{ClusterStatus, PrecheckResult};
 use clap::Parser;
 use serde::de::DeserializeOwned;

@@ -27,7 +27,7 @@ pub use args::{Cli, Command, ReadModeArg, StatusArg};
 pub use error::{write_error, CliError, EXIT_FAILURE, EXIT_NOT_INSTALLED};
 pub use watch::MAX_WATCH_ERRORS;
 
-use crate::client::AdminClient;
+use bkswitch_admin::AdminClient;
 
 /// How [`run_with`] shows progress.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
