@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use bkswitch_bk_client::{BkError, UriError};
 use bkswitch_metadata_store::MetadataError;
 
 /// Result alias of the crate.
@@ -99,7 +100,25 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// A cluster's ledger-id generator cannot be read (the precheck's target).
+    #[error("cannot read the ledger id generator of bookie cluster `{cluster}`: {source}")]
+    Idgen {
+        /// The registered cluster.
+        cluster: String,
+        /// What the [`IdgenSource`](bkswitch_bk_client::IdgenSource) reported
+        /// (boxed: it is large).
+        source: Box<BkError>,
+    },
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+}
+
+impl From<UriError> for RegistryError {
+    fn from(e: UriError) -> RegistryError {
+        RegistryError::InvalidUri {
+            uri: e.uri().to_owned(),
+            reason: e.reason().to_owned(),
+        }
+    }
 }
