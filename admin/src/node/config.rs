@@ -335,7 +335,26 @@ impl NodeError {
                 source.as_ref().is_none_or(|e| e.is_retryable())
             }
             NodeError::Metadata(e) => e.is_retryable(),
+            NodeError::Registry(e) => e.is_retryable(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_registry::RegistryError;
+
+    use super::*;
+
+    #[test]
+    fn registry_errors_keep_their_retryability() {
+        let lost = NodeError::Registry(RegistryError::Conflict {
+            path: "/admin/bookie-clusters/new".into(),
+            attempts: 3,
+        });
+        assert!(lost.is_retryable());
+        let bad = NodeError::Registry(RegistryError::NotFound { name: "new".into() });
+        assert!(!bad.is_retryable());
     }
 }
