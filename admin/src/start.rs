@@ -226,8 +226,8 @@ fn orchestrator(
         config.orchestrator.clone(),
     )
     .with_clock(config.clock.clone());
-    match &config.idgen {
-        Some(idgen) => orchestrator.with_idgen(idgen.clone()),
-        None => orchestrator,
-    }
+    orchestrator.with_idgen(match &config.idgen {
+        Some(idgen) => idgen.clone(),
+        None => Arc::new(bkswitch_bookkeeper::ZkIdgenSource::default()),
+    })
 }

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use bkswitch_bk_client::{MemoryClientFactory, MemoryClusters};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
-use bkswitch_registry::MemoryIdgenSource;
 
 use crate::node::{Node, NodeConfig};
 
@@ -49,9 +48,7 @@ pub fn node_config(
         INTERNAL,
     );
     cfg.cluster_name = Some("old".into());
-    cfg.idgen = Some(Arc::new(MemoryIdgenSource {
-        clusters: clusters.clone(),
-    }));
+    cfg.idgen = Some(Arc::new(clusters.clone()));
     cfg.ledger_config = ManagedLedgerConfig::default()
         .with_quorums(1, 1, 1)
         .with_metadata_quorums(1, 1, 1)

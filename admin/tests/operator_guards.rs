@@ -53,9 +53,9 @@ async fn ghost_clusters_and_unknown_schemes_are_refused_with_nothing_written() {
         ("memory://ghost", "no in-memory bookie cluster 'ghost'"),
         (
             "zk+flat://127.0.0.1:2181/ledgers",
-            "no client for scheme 'zk+flat'",
+            "the `zk+flat` ledger layout is not supported",
         ),
-        ("etcd://127.0.0.1:2379/ledgers", "unknown scheme `etcd`"),
+        ("etcd://127.0.0.1:2379/ledgers", "unsupported scheme `etcd`"),
     ] {
         let (code, body) = raw(
             "POST",

@@ -6,17 +6,20 @@
 
 mod api;
 mod error;
+mod idgen;
 pub mod memory;
 mod schemes;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod types;
+pub mod uri;
 
 pub use api::{
     BookKeeper, BookKeeperExt, ClientFactory, ReadHandle, ReadHandleExt, WriteHandle,
     WriteHandleExt,
 };
 pub use error::{BkError, BkErrorKind, Result};
+pub use idgen::IdgenSource;
 pub use memory::{
     FencedRecreateFailure, MemoryBookKeeper, MemoryClientFactory, MemoryCluster,
     MemoryClusterConfig, MemoryClusters, OpKind, UnavailableMode,
@@ -25,4 +28,8 @@ pub use schemes::SchemeClientFactory;
 pub use types::{
     DeleteMissing, DigestType, Ensemble, EntryId, LedgerConfig, LedgerEntry, LedgerId,
     LedgerMetadata, LedgerState, NO_ENTRY,
+};
+pub use uri::{
+    ClusterUri, LayoutChoice, MetadataServiceUri, UriError, DEFAULT_LEDGERS_ROOT, DEFAULT_ZK_PORT,
+    SUPPORTED_SCHEMES, ZOOKEEPER_SCHEMES,
 };

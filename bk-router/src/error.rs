@@ -124,6 +124,23 @@ pub enum RouterError {
     },
 }
 
+impl RouterError {
+    /// Whether the same call can succeed later without anyone changing the
+    /// input: a client that could not start for a retryable reason (the
+    /// cluster unreachable), a registry failure that is retryable
+    /// ([`RegistryError::is_retryable`](bkswitch_registry::RegistryError::is_retryable)),
+    /// or a close refused only because handles are still open (they close).
+    /// Unknown clusters, conflicts, settings and bootstrap refusals are final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RouterError::ClientStart { source, .. } => source.is_retryable(),
+            RouterError::Registry { source, .. } => source.is_retryable(),
+            RouterError::CloseRefused { open_handles, .. } => *open_handles > 0,
+            _ => false,
+        }
+    }
+}
+
 fn describe_handles(count: usize, ids: &[LedgerId]) -> String {
     if count == 0 {
         String::new()
@@ -144,5 +161,59 @@ impl From<RouterError> for StorageError {
             _ => StorageErrorKind::InvalidSettings,
         };
         StorageError::new(kind, error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_bk_client::BkErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn retryability_follows_the_cause() {
+        let start = |kind| RouterError::ClientStart {
+            name: "new".into(),
+            uri: "zk://h:1/ledgers".into(),
+            source: Box::new(BkError::new(kind, "connecting")),
+        };
+        assert!(start(BkErrorKind::Unavailable).is_retryable());
+        assert!(!start(BkErrorKind::InvalidArgument).is_retryable());
+        let registry = |source| RouterError::Registry {
+            operation: "reading `new`".into(),
+            source,
+        };
+        assert!(registry(bkswitch_registry::RegistryError::Conflict {
+            path: "/p".into(),
+            attempts: 3
+        })
+        .is_retryable());
+        assert!(
+            !registry(bkswitch_registry::RegistryError::NotFound { name: "x".into() })
+                .is_retryable()
+        );
+        let refused = |open_handles| RouterError::CloseRefused {
+            name: "old".into(),
+            reason: "handles are open".into(),
+            open_handles,
+            ledger_ids: vec![1; open_handles],
+        };
+        assert!(refused(2).is_retryable());
+        assert!(
+            !refused(0).is_retryable(),
+            "the active cluster stays active"
+        );
+        for e in [
+            RouterError::UnknownCluster {
+                name: "x".into(),
+                registered: vec![],
+            },
+            RouterError::InvalidSettings("x".into()),
+            RouterError::NotInitialized {
+                operation: "switch",
+            },
+        ] {
+            assert!(!e.is_retryable(), "{e}");
+        }
     }
 }

@@ -22,11 +22,13 @@ pub mod proto {
 pub use bookies::BookieSet;
 pub use client::{BookKeeperClient, BookKeeperClientFactory, MAX_ENSEMBLE_SIZE};
 pub use config::ClientConfig;
-pub use idgen::{advance_ledger_id_generator, next_ledger_id, IdgenAdvance};
+pub use idgen::{
+    advance_ledger_id_generator, next_ledger_id, ClusterIdgenSource, IdgenAdvance, ZkIdgenSource,
+};
 pub use meta::format::{
     decode as decode_ledger_metadata, encode as encode_ledger_metadata, LedgerRecord,
     METADATA_FORMAT_VERSION,
 };
 pub use meta::layout::LedgerManagerKind;
-pub use uri::{LayoutChoice, MetadataServiceUri, SUPPORTED_SCHEMES};
+pub use uri::{LayoutChoice, MetadataServiceUri, ZOOKEEPER_SCHEMES};
 pub use wire::conn::{WireCounts, WireStats};

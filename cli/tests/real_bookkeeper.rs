@@ -320,8 +320,8 @@ async fn switch_restart_and_dead_old_cluster_on_real_bookies() {
         .unwrap();
     plain.close().await.unwrap();
     for (uri, status) in [
-        // Malformed (no port), unknown scheme, no such ledgers root.
-        ("zk+hierarchical://127.0.0.1/ledgers".to_owned(), 400),
+        // Malformed (bad port), unknown scheme, no such ledgers root.
+        ("zk+hierarchical://127.0.0.1:x/ledgers".to_owned(), 400),
         ("etcd://127.0.0.1:2379/ledgers".to_owned(), 400),
         (
             format!(

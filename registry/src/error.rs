@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use bkswitch_bk_client::{BkError, UriError};
 use bkswitch_metadata_store::MetadataError;
 
 /// Result alias of the crate.
@@ -99,7 +100,87 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// A cluster's ledger-id generator cannot be read (the precheck's target).
+    #[error("cannot read the ledger id generator of bookie cluster `{cluster}`: {source}")]
+    Idgen {
+        /// The registered cluster.
+        cluster: String,
+        /// What the [`IdgenSource`](bkswitch_bk_client::IdgenSource) reported
+        /// (boxed: it is large).
+        source: Box<BkError>,
+    },
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+}
+
+impl RegistryError {
+    /// Whether the same call can succeed later without anyone changing the
+    /// input or the stored state: a compare-and-set that kept losing
+    /// ([`Conflict`](Self::Conflict)), a metadata store that is unavailable
+    /// or whose session expired, or an id generator that could not be reached.
+    /// Bad input, refusals and corrupt nodes are final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RegistryError::Conflict { .. } => true,
+            RegistryError::Metadata(e) => e.is_retryable(),
+            RegistryError::Idgen { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+impl From<UriError> for RegistryError {
+    fn from(e: UriError) -> RegistryError {
+        RegistryError::InvalidUri {
+            uri: e.uri().to_owned(),
+            reason: e.reason().to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_bk_client::BkErrorKind;
+    use bkswitch_metadata_store::Operation;
+
+    use super::*;
+
+    #[test]
+    fn retryability_follows_the_cause() {
+        let unavailable = RegistryError::Metadata(MetadataError::Unavailable {
+            op: Operation::Get,
+            path: "/admin/x".into(),
+            reason: "timeout".into(),
+        });
+        assert!(unavailable.is_retryable());
+        let lost = RegistryError::Metadata(MetadataError::BadVersion {
+            op: Operation::Put,
+            path: "/admin/x".into(),
+            expected: 3,
+        });
+        assert!(!lost.is_retryable());
+        let idgen = |kind| RegistryError::Idgen {
+            cluster: "new".into(),
+            source: Box::new(BkError::new(kind, "reading idgen")),
+        };
+        assert!(idgen(BkErrorKind::Unavailable).is_retryable());
+        assert!(!idgen(BkErrorKind::InvalidArgument).is_retryable());
+        assert!(RegistryError::Conflict {
+            path: "/p".into(),
+            attempts: 3
+        }
+        .is_retryable());
+        for e in [
+            RegistryError::NotFound { name: "x".into() },
+            RegistryError::Corrupt {
+                path: "/p".into(),
+                reason: "bad json".into(),
+            },
+            RegistryError::from(bkswitch_bk_client::ClusterUri::parse("etcd://h").unwrap_err()),
+            RegistryError::ActiveCluster { name: "x".into() },
+        ] {
+            assert!(!e.is_retryable(), "{e}");
+        }
+    }
 }

@@ -3,8 +3,10 @@
 //! A switch copies ledgers to the new cluster keeping their ids
 //! (`createLedgerAdv(same id)`); the new cluster's own id generator must already
 //! be beyond every copied id, or a later `createLedger` there collides with a
-//! copy. This module reads the next id from BookKeeper's ZooKeeper layout
-//! (`idgen`, `idgen-long/HOB-*`) or from an in-memory cluster.
+//! copy. This module holds the arithmetic; the next ids come from an
+//! [`IdgenSource`] (the client side's one reader of ledger-id generators:
+//! `MemoryClusters` for `memory://`, `bkswitch-bookkeeper`'s `ZkIdgenSource`
+//! for BookKeeper's ZooKeeper layout).
 //!
 //! `ready` is stricter than the proposal: a managed ledger needs ledger ids to
 //! increase within it (positions are ordered by ledger id), so after a switch the
@@ -15,143 +17,14 @@
 //! source's generator cannot be read, `ready` is false and `sourceIdgenError`
 //! says why.
 
-use async_trait::async_trait;
-use bkswitch_bk_client::MemoryClusters;
-use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_bk_client::{ClusterUri, IdgenSource};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{RegistryError, Result};
 use crate::registry::Registry;
-use crate::uri::ClusterUri;
 
 /// At most this many at-risk ids are listed (all are counted).
 pub const MAX_AT_RISK_LISTED: usize = 100;
-
-/// Where the next ledger id of a cluster comes from.
-#[async_trait]
-pub trait IdgenSource: Send + Sync {
-    /// The id the cluster's next `createLedger` will get.
-    ///
-    /// # Errors
-    ///
-    /// [`RegistryError::InvalidUri`] for a URI this source does not serve,
-    /// [`RegistryError::Corrupt`] for an unreadable layout,
-    /// [`RegistryError::Metadata`] when the cluster's metadata is unreachable.
-    async fn next_ledger_id(&self, uri: &ClusterUri) -> Result<i64>;
-}
-
-/// Next ledger id from BookKeeper's layout under `ledgers_root` in `store`
-/// ([formats §5](bkswitch_docs::formats), using [`Stat::next_sequential_suffix`](bkswitch_metadata_store::Stat::next_sequential_suffix)).
-///
-/// # Errors
-///
-/// [`RegistryError::Corrupt`] for a malformed `HOB-` name,
-/// [`RegistryError::Metadata`].
-pub async fn next_ledger_id_from_layout(
-    store: &dyn MetadataStore,
-    ledgers_root: &str,
-) -> Result<i64> {
-    let long = format!("{ledgers_root}/idgen-long");
-    if store.exists(&long).await?.is_some() {
-        let mut max_hob: Option<i64> = None;
-        for child in store.children(&long).await? {
-            let hob = child
-                .strip_prefix("HOB-")
-                .and_then(|s| s.parse::<i64>().ok())
-                .ok_or_else(|| RegistryError::Corrupt {
-                    path: format!("{long}/{child}"),
-                    reason: "expected HOB-%010d".to_owned(),
-                })?;
-            max_hob = max_hob.max(Some(hob));
-        }
-        return Ok(match max_hob {
-            None => 1 << 32,
-            Some(hob) => {
-                let low = store
-                    .exists(&format!("{long}/HOB-{hob:010}"))
-                    .await?
-                    .map_or(0, |s| s.next_sequential_suffix());
-                (hob << 32) | low
-            }
-        });
-    }
-    Ok(store
-        .exists(&format!("{ledgers_root}/idgen"))
-        .await?
-        .map_or(0, |s| s.next_sequential_suffix()))
-}
-
-/// Reads ZooKeeper-layout clusters by connecting a [`ZkStore`] to the URI's
-/// hosts for each call.
-#[derive(Debug, Clone, Default)]
-pub struct ZkIdgenSource {
-    /// Options of the short-lived connections.
-    pub options: ZkStoreOptions,
-}
-
-#[async_trait]
-impl IdgenSource for ZkIdgenSource {
-    async fn next_ledger_id(&self, uri: &ClusterUri) -> Result<i64> {
-        let (Some(url), ClusterUri::ZooKeeper { ledgers_root, .. }) = (uri.zk_connect_url(), uri)
-        else {
-            return Err(RegistryError::InvalidUri {
-                uri: uri.to_string(),
-                reason: "not a ZooKeeper cluster; use MemoryIdgenSource for memory://".to_owned(),
-            });
-        };
-        let store = ZkStore::connect(&url, self.options.clone()).await?;
-        let result = next_ledger_id_from_layout(&store, ledgers_root).await;
-        let _ = store.close().await;
-        result
-    }
-}
-
-/// Reads `memory://` clusters from a [`MemoryClusters`] set (a missing cluster
-/// has next id 0 and is not created).
-#[derive(Debug, Clone, Default)]
-pub struct MemoryIdgenSource {
-    /// The in-memory clusters.
-    pub clusters: MemoryClusters,
-}
-
-#[async_trait]
-impl IdgenSource for MemoryIdgenSource {
-    async fn next_ledger_id(&self, uri: &ClusterUri) -> Result<i64> {
-        match uri {
-            ClusterUri::Memory { name } => {
-                Ok(self.clusters.get(name).map_or(0, |c| c.next_ledger_id()))
-            }
-            other => Err(RegistryError::InvalidUri {
-                uri: other.to_string(),
-                reason: "not a memory:// cluster; use ZkIdgenSource".to_owned(),
-            }),
-        }
-    }
-}
-
-/// Reads the id generator of any cluster the registry can record: in-memory
-/// clusters through [`MemoryIdgenSource`], BookKeeper clusters (`zk…://`,
-/// `metadata-store:zk:`) through [`ZkIdgenSource`] from their own ZooKeeper.
-///
-/// What a node uses when its clusters may be of either kind, as `bookie-switch
-/// serve` does.
-#[derive(Debug, Clone, Default)]
-pub struct ClusterIdgenSource {
-    /// In-memory clusters.
-    pub memory: MemoryIdgenSource,
-    /// BookKeeper clusters.
-    pub zk: ZkIdgenSource,
-}
-
-#[async_trait]
-impl IdgenSource for ClusterIdgenSource {
-    async fn next_ledger_id(&self, uri: &ClusterUri) -> Result<i64> {
-        match uri {
-            ClusterUri::Memory { .. } => self.memory.next_ledger_id(uri).await,
-            _ => self.zk.next_ledger_id(uri).await,
-        }
-    }
-}
 
 /// The structured result of [`Registry::precheck`]
 /// ([I11](bkswitch_docs::invariants::I11)).
@@ -159,8 +32,7 @@ impl IdgenSource for ClusterIdgenSource {
 /// A switch copies ledgers to the new cluster keeping their ids
 /// (`createLedgerAdv(same id)`); the new cluster's own id generator must already
 /// be beyond every copied id, or a later `createLedger` there collides with a
-/// copy. The next id is read from BookKeeper's ZooKeeper layout (`idgen`,
-/// `idgen-long/HOB-*`) or from an in-memory cluster.
+/// copy. The next ids are read through an [`IdgenSource`].
 ///
 /// `ready` is stricter than the proposal: a managed ledger needs ledger ids to
 /// increase within it (positions are ordered by ledger id), so after a switch the
@@ -218,8 +90,9 @@ impl Registry {
     ///
     /// [`RegistryError::NotFound`] for an unregistered cluster,
     /// [`RegistryError::InvalidUri`] for a stored URI that does not parse,
-    /// the target's [`IdgenSource`] errors (the source's are reported as an
-    /// unknown `sourceNextLedgerId`), [`RegistryError::Metadata`].
+    /// [`RegistryError::Idgen`] when the target's generator cannot be read
+    /// (the source's errors are reported as an unknown `sourceNextLedgerId`),
+    /// [`RegistryError::Metadata`].
     pub async fn precheck(
         &self,
         source: &str,
@@ -240,7 +113,14 @@ impl Registry {
                 name: target.to_owned(),
             })?;
         let dst_uri = ClusterUri::parse(&dst.metadata_service_uri)?;
-        let target_next = idgen.next_ledger_id(&dst_uri).await?;
+        let target_next =
+            idgen
+                .next_ledger_id(&dst_uri)
+                .await
+                .map_err(|source| RegistryError::Idgen {
+                    cluster: target.to_owned(),
+                    source: Box::new(source),
+                })?;
         // The source's own generator bounds the ids its topics already use:
         // when it cannot be read the check cannot be made, which is "not
         // ready", never a silent pass.

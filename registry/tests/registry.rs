@@ -3,13 +3,11 @@
 use std::sync::Arc;
 
 use bkswitch_bk_client::MemoryClusters;
+use bkswitch_bookkeeper::{ClientConfig, ZkIdgenSource};
 use bkswitch_metadata_store::{
     CreateMode, ExpectedVersion, MemoryStore, MetadataStore, ZkStore, ZkStoreOptions,
 };
-use bkswitch_registry::{
-    next_ledger_id_from_layout, ClusterStatus, MemoryIdgenSource, Registry, RegistryError,
-    ZkIdgenSource,
-};
+use bkswitch_registry::{ClusterStatus, Registry, RegistryError};
 
 async fn zk_store(chroot: &str) -> ZkStore {
     let url = format!(
@@ -254,24 +252,28 @@ async fn idgen_layout_on_zookeeper() {
     let store = zk_store("").await;
     let src = format!("{chroot}/src/ledgers");
     let dst = format!("{chroot}/dst/ledgers");
-    assert_eq!(next_ledger_id_from_layout(&store, &src).await.unwrap(), 0);
+    let port = bkswitch_zk_harness::shared().port();
+    let next = |root: &str| {
+        let uri = format!("zk://127.0.0.1:{port}{root}");
+        async move { bkswitch_bookkeeper::next_ledger_id(&uri, &ClientConfig::default()).await }
+    };
+    // No cluster at the root: an error naming it, not a guess.
+    let e = next(&src).await.unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    store.put(&src, b"", ExpectedVersion::Any).await.unwrap();
+    assert_eq!(next(&src).await.unwrap(), 0);
     bk_layout(&store, &src, 7, &[]).await;
-    assert_eq!(next_ledger_id_from_layout(&store, &src).await.unwrap(), 7);
+    assert_eq!(next(&src).await.unwrap(), 7);
     store
         .put(&format!("{dst}/idgen-long"), b"", ExpectedVersion::Any)
         .await
         .unwrap();
-    assert_eq!(
-        next_ledger_id_from_layout(&store, &dst).await.unwrap(),
-        1 << 32
-    );
+    assert_eq!(next(&dst).await.unwrap(), 1 << 32);
     bk_layout(&store, &dst, 3, &[(1, 2), (3, 5), (2, 9)]).await;
-    assert_eq!(
-        next_ledger_id_from_layout(&store, &dst).await.unwrap(),
-        (3 << 32) | 5
-    );
+    assert_eq!(next(&dst).await.unwrap(), (3 << 32) | 5);
+    // Reading wrote nothing (not even a LAYOUT).
+    assert!(store.get(&format!("{src}/LAYOUT")).await.unwrap().is_none());
 
-    let port = bkswitch_zk_harness::shared().port();
     let reg = Registry::new(Arc::new(MemoryStore::new()));
     reg.register(
         "src",
@@ -322,9 +324,7 @@ async fn precheck_on_memory_clusters() {
         .get_or_create("new")
         .advance_ledger_id_to(20)
         .unwrap();
-    let idgen = MemoryIdgenSource {
-        clusters: clusters.clone(),
-    };
+    let idgen = clusters.clone();
     // Copied ids are below the target's next id, but the source handed out 49:
     // the ordering rule refuses.
     let r = reg.precheck("old", "new", &[3, 10], &idgen).await.unwrap();
@@ -374,6 +374,15 @@ async fn precheck_on_memory_clusters() {
         serde_json::to_value(&r).unwrap()["sourceIdgenError"],
         serde_json::Value::String(why)
     );
+    // A target whose generator cannot be read: an error naming the cluster,
+    // keeping the reader's error.
+    match reg.precheck("new", "zk-src", &[3], &idgen).await {
+        Err(RegistryError::Idgen { cluster, source }) => {
+            assert_eq!(cluster, "zk-src");
+            assert_eq!(source.code(), -14);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Every record under the root as `(name, status)`, read twice until both

@@ -255,13 +255,67 @@ impl OrchestratorError {
             OrchestratorError::NotConverged { .. }
             | OrchestratorError::Injected { .. }
             | OrchestratorError::Locked { .. } => true,
-            OrchestratorError::Client { .. } => true,
+            // The router's error says whether its cause passes (an unreachable
+            // cluster) or not (an unknown cluster, a refused URI); without
+            // one (no client configured yet) a later attempt may find it.
+            OrchestratorError::Client {
+                source: Some(source),
+                ..
+            } => source.is_retryable(),
+            OrchestratorError::Client { source: None, .. } => true,
             OrchestratorError::Metadata { source, .. } => {
                 source.is_retryable() || source.is_conflict()
             }
-            OrchestratorError::Registry(RegistryError::Conflict { .. }) => true,
-            OrchestratorError::Registry(RegistryError::Metadata(e)) => e.is_retryable(),
+            OrchestratorError::Registry(e) => e.is_retryable(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_bk_client::{BkError, BkErrorKind};
+
+    use super::*;
+
+    fn client(source: Option<RouterError>) -> OrchestratorError {
+        OrchestratorError::Client {
+            cluster: "new".into(),
+            reason: "no client".into(),
+            source: source.map(Box::new),
+        }
+    }
+
+    #[test]
+    fn client_errors_keep_their_source_retryability() {
+        let start = |kind| RouterError::ClientStart {
+            name: "new".into(),
+            uri: "zk://h:1/ledgers".into(),
+            source: Box::new(BkError::new(kind, "connecting")),
+        };
+        assert!(client(Some(start(BkErrorKind::Unavailable))).is_retryable());
+        assert!(!client(Some(start(BkErrorKind::InvalidArgument))).is_retryable());
+        assert!(!client(Some(RouterError::UnknownCluster {
+            name: "new".into(),
+            registered: vec![]
+        }))
+        .is_retryable());
+        assert!(client(None).is_retryable());
+        // The registry's own answer is kept as well.
+        assert!(OrchestratorError::Registry(RegistryError::Conflict {
+            path: "/p".into(),
+            attempts: 3
+        })
+        .is_retryable());
+        assert!(!OrchestratorError::Registry(RegistryError::Idgen {
+            cluster: "new".into(),
+            source: Box::new(BkError::new(BkErrorKind::InvalidArgument, "bad uri")),
+        })
+        .is_retryable());
+        assert!(OrchestratorError::Registry(RegistryError::Idgen {
+            cluster: "new".into(),
+            source: Box::new(BkError::new(BkErrorKind::Timeout, "slow")),
+        })
+        .is_retryable());
     }
 }

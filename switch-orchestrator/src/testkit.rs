@@ -27,7 +27,7 @@ use bkswitch_managed_ledger::schema::{SchemaStorage, SchemaStorageOptions};
 use bkswitch_managed_ledger::ManagedLedgerFactory;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorage};
-use bkswitch_registry::{ClusterStatus, MemoryIdgenSource, Registry};
+use bkswitch_registry::{ClusterStatus, Registry};
 
 use crate::{LocalTopics, Orchestrator, OrchestratorConfig, TopicOwners};
 
@@ -208,9 +208,7 @@ impl EmbeddedStack {
             owners,
             config,
         )
-        .with_idgen(Arc::new(MemoryIdgenSource {
-            clusters: self.clusters.clone(),
-        }))
+        .with_idgen(Arc::new(self.clusters.clone()))
     }
 
     /// What an operator does before switching (or rolling back) from `from`

@@ -353,9 +353,7 @@ async fn a_second_coordinator_waits_for_the_lease_of_the_first() {
         Arc::new(Stuck),
         bkswitch_switch_orchestrator::OrchestratorConfig::default(),
     )
-    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
-        clusters: env.clusters.clone(),
-    }));
+    .with_idgen(Arc::new(env.clusters.clone()));
     let s = first.start_switch(NEW, None).await.unwrap();
     env.storage.switch_active_cluster(NEW).await.unwrap();
     // The first coordinator hangs in PROMOTE, holding the lease.

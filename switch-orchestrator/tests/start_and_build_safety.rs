@@ -167,9 +167,7 @@ async fn a_target_whose_client_does_not_start_is_refused_before_the_directive() 
         Arc::new(env.topics.clone()),
         OrchestratorConfig::default(),
     )
-    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
-        clusters: env.clusters.clone(),
-    }));
+    .with_idgen(Arc::new(env.clusters.clone()));
     let e = orch.start_switch(NEW, None).await.unwrap_err();
     let msg = e.to_string();
     assert!(
@@ -212,9 +210,7 @@ fn without_target(env: &Env, store: Arc<dyn MetadataStore>) -> Orchestrator {
         Arc::new(env.topics.clone()),
         OrchestratorConfig::default(),
     )
-    .with_idgen(Arc::new(bkswitch_registry::MemoryIdgenSource {
-        clusters: env.clusters.clone(),
-    }))
+    .with_idgen(Arc::new(env.clusters.clone()))
 }
 
 /// A switch whose target's client stops starting after the directive, stuck

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use bkswitch_bk_client::{ClientFactory, MemoryClientFactory, MemoryClusters, SchemeClientFactory};
 use bkswitch_bk_router::RouterError;
-use bkswitch_bookkeeper::{BookKeeperClientFactory, ClientConfig, SUPPORTED_SCHEMES};
+use bkswitch_bookkeeper::{BookKeeperClientFactory, ClientConfig, ZOOKEEPER_SCHEMES};
+use bkswitch_bookkeeper::{ClusterIdgenSource, ZkIdgenSource};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_managed_ledger::{Clock, ManagedLedgerError, SystemClock};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
-use bkswitch_registry::{ClusterIdgenSource, IdgenSource, MemoryIdgenSource, ZkIdgenSource};
+use bkswitch_registry::IdgenSource;
 use bkswitch_switch_orchestrator::{OrchestratorConfig, OrchestratorError};
 
 use super::ownership::DEFAULT_OWNERS_ROOT;
@@ -47,7 +48,8 @@ pub struct NodeConfig {
     /// Coordinator settings.
     pub orchestrator: OrchestratorConfig,
     /// Where the precheck reads next ledger ids (default: BookKeeper's ZooKeeper
-    /// layout; `memory://` clusters need a `MemoryIdgenSource`).
+    /// layout through `bkswitch_bookkeeper::ZkIdgenSource`; `memory://`
+    /// clusters need their `MemoryClusters`, see [`standard_idgen_source`]).
     pub idgen: Option<Arc<dyn IdgenSource>>,
     /// Settings of the managed ledgers this node opens (the routing hooks are
     /// added by the storage).
@@ -88,8 +90,9 @@ impl std::fmt::Debug for NodeConfig {
 /// The client factory `bookie-switch serve` uses: `memory://<name>` clusters
 /// from `memory` (living in this process; a name that is not there is refused,
 /// never created), and real BookKeeper clusters for
-/// every scheme of [`bkswitch_bookkeeper::SUPPORTED_SCHEMES`] (`zk://`,
-/// `zk+hierarchical://`, `zk+longhierarchical://`, `zk+null://`) through the
+/// every scheme of [`bkswitch_bookkeeper::ZOOKEEPER_SCHEMES`] (`zk://`,
+/// `zk+hierarchical://`, `zk+longhierarchical://`, `zk+null://`,
+/// `metadata-store:zk:`) through the
 /// Rust BookKeeper client with `config`. Each client reports its registered
 /// name.
 pub fn standard_client_factory(
@@ -103,7 +106,7 @@ pub fn standard_client_factory(
                 "memory",
                 Arc::new(MemoryClientFactory::with_clusters(memory).existing_only()),
             )
-            .with_schemes(SUPPORTED_SCHEMES, &real),
+            .with_schemes(ZOOKEEPER_SCHEMES, &real),
     )
 }
 
@@ -112,7 +115,7 @@ pub fn standard_client_factory(
 /// (`idgen`, `idgen-long/HOB-*`).
 pub fn standard_idgen_source(memory: MemoryClusters) -> Arc<dyn IdgenSource> {
     Arc::new(ClusterIdgenSource {
-        memory: MemoryIdgenSource { clusters: memory },
+        memory,
         zk: ZkIdgenSource::default(),
     })
 }
@@ -332,7 +335,26 @@ impl NodeError {
                 source.as_ref().is_none_or(|e| e.is_retryable())
             }
             NodeError::Metadata(e) => e.is_retryable(),
+            NodeError::Registry(e) => e.is_retryable(),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_registry::RegistryError;
+
+    use super::*;
+
+    #[test]
+    fn registry_errors_keep_their_retryability() {
+        let lost = NodeError::Registry(RegistryError::Conflict {
+            path: "/admin/bookie-clusters/new".into(),
+            attempts: 3,
+        });
+        assert!(lost.is_retryable());
+        let bad = NodeError::Registry(RegistryError::NotFound { name: "new".into() });
+        assert!(!bad.is_retryable());
     }
 }

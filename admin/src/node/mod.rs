@@ -299,7 +299,7 @@ impl Node {
         status: ClusterStatus,
     ) -> Result<ClusterRecord, NodeError> {
         bkswitch_registry::validate_name(name)?;
-        ClusterUri::parse(metadata_service_uri)?;
+        ClusterUri::parse(metadata_service_uri).map_err(RegistryError::from)?;
         if let Some(existing) = self.registry().get(name).await? {
             return Err(NodeError::Registry(RegistryError::AlreadyExists {
                 name: existing.name,

@@ -1,9 +1,68 @@
 //! Reading and advancing a cluster's ledger-id generator without taking an id.
 
 use bkswitch_bk_client::{BkError, BkErrorKind, LedgerId};
-use bkswitch_metadata_store::{ErrorKind, ExpectedVersion};
+use bkswitch_metadata_store::{ErrorKind, ExpectedVersion, MetadataStore};
 
-use super::ClusterMeta;
+use super::{zk_error, ClusterMeta};
+
+/// The id the generator of the cluster at `root` hands out next, read
+/// without taking one and without writing: the short generator's next
+/// sequential suffix of `idgen`, or, once `idgen-long` exists (and the layout
+/// has `long_ids`), `(hob << 32) | low` of its largest `HOB-` directory
+/// (`1 << 32` while it has none).
+///
+/// A `HOB-` child whose number does not parse is refused (the generator
+/// cannot be read safely), naming its path.
+pub(crate) async fn read_next_id(
+    store: &dyn MetadataStore,
+    cluster: &str,
+    root: &str,
+    long_ids: bool,
+) -> Result<LedgerId, BkError> {
+    let long = format!("{root}/idgen-long");
+    let long_present = long_ids
+        && store
+            .exists(&long)
+            .await
+            .map_err(|e| zk_error(cluster, "reading idgen-long", e))?
+            .is_some();
+    if long_present {
+        let mut max_hob: Option<i64> = None;
+        for child in store
+            .children(&long)
+            .await
+            .map_err(|e| zk_error(cluster, "listing idgen-long", e))?
+        {
+            let hob = child
+                .strip_prefix("HOB-")
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    BkError::new(
+                        BkErrorKind::Other,
+                        format!(
+                            "cannot read the ledger id generator: `{long}/{child}` is not a                              HOB-%010d directory; repair or delete it by hand"
+                        ),
+                    )
+                    .with_cluster(cluster)
+                })?;
+            max_hob = max_hob.max(Some(hob));
+        }
+        let Some(hob) = max_hob else {
+            return Ok(1 << 32);
+        };
+        let low = store
+            .exists(&format!("{long}/HOB-{hob:010}"))
+            .await
+            .map_err(|e| zk_error(cluster, "reading a HOB directory", e))?
+            .map_or(0, |s| s.next_sequential_suffix());
+        return Ok((hob << 32) | low);
+    }
+    Ok(store
+        .exists(&format!("{root}/idgen"))
+        .await
+        .map_err(|e| zk_error(cluster, "reading idgen", e))?
+        .map_or(0, |s| s.next_sequential_suffix()))
+}
 
 /// What [`advance_ledger_id_generator`](crate::advance_ledger_id_generator)
 /// found and left.
@@ -18,37 +77,16 @@ pub struct IdgenAdvance {
 }
 
 impl ClusterMeta {
-    /// The id the generator hands out next, read without taking one: the
-    /// short generator's next sequential suffix of `idgen`, or, once
-    /// `idgen-long` exists, `(hob << 32) | low` of its largest `HOB-`
-    /// directory (`1 << 32` while it has none).
+    /// The id the generator hands out next, read without taking one (see
+    /// [`read_next_id`]).
     pub(crate) async fn peek_next_id(&self) -> Result<LedgerId, BkError> {
-        let long = format!("{}/idgen-long", self.root);
-        let long_present = self.kind.supports_long_ids()
-            && self
-                .store
-                .exists(&long)
-                .await
-                .map_err(|e| self.err("reading idgen-long", e))?
-                .is_some();
-        if long_present {
-            let Some(&hob) = self.hobs(&long).await?.last() else {
-                return Ok(1 << 32);
-            };
-            let low = self
-                .store
-                .exists(&format!("{long}/HOB-{hob:010}"))
-                .await
-                .map_err(|e| self.err("reading a HOB directory", e))?
-                .map_or(0, |s| s.next_sequential_suffix());
-            return Ok((hob << 32) | low);
-        }
-        Ok(self
-            .store
-            .exists(&format!("{}/idgen", self.root))
-            .await
-            .map_err(|e| self.err("reading idgen", e))?
-            .map_or(0, |s| s.next_sequential_suffix()))
+        read_next_id(
+            self.store.as_ref(),
+            &self.cluster,
+            &self.root,
+            self.kind.supports_long_ids(),
+        )
+        .await
     }
 
     /// Makes every id handed out from now on greater than `above`, by
@@ -149,6 +187,22 @@ mod tests {
         let again = operator.advance_beyond(above).await.unwrap();
         assert!(!again.advanced);
         assert_eq!(again.next_after, id + 1);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_hob_directory_is_refused_by_name() {
+        let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        store.put("/l", b"", ExpectedVersion::Any).await.unwrap();
+        let m = meta(&store, "zk+hierarchical://h:1/l").await;
+        m.advance_beyond(5 << 32).await.unwrap();
+        assert_eq!(m.peek_next_id().await.unwrap(), 6 << 32);
+        store
+            .put("/l/idgen-long/HOB-zz", b"", ExpectedVersion::Any)
+            .await
+            .unwrap();
+        let e = m.peek_next_id().await.unwrap_err();
+        assert!(e.to_string().contains("/l/idgen-long/HOB-zz"), "{e}");
+        assert!(!e.is_retryable());
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ use crate::model::{
     ActiveMarker, BootstrapMarker, ClusterRecord, ClusterStatus, SwitchDirective, Transition,
     UriIndexEntry,
 };
-use crate::uri::ClusterUri;
+use bkswitch_bk_client::ClusterUri;
 
 mod active;
 mod markers;

@@ -25,7 +25,7 @@ use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_managed_ledger::{Clock, SystemClock};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::ManagedLedgerConfig;
-use bkswitch_registry::{IdgenSource, PrecheckResult, Registry, ZkIdgenSource};
+use bkswitch_registry::{IdgenSource, PrecheckResult, Registry};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
@@ -197,6 +197,27 @@ pub struct CopyStats {
     pub already_present: u64,
 }
 
+/// The [`IdgenSource`] of an orchestrator built without
+/// [`Orchestrator::with_idgen`]: refuses every cluster, naming the call.
+struct NoIdgenSource;
+
+#[async_trait::async_trait]
+impl IdgenSource for NoIdgenSource {
+    async fn next_ledger_id(
+        &self,
+        uri: &bkswitch_bk_client::ClusterUri,
+    ) -> Result<i64, bkswitch_bk_client::BkError> {
+        Err(bkswitch_bk_client::BkError::new(
+            bkswitch_bk_client::BkErrorKind::InvalidArgument,
+            format!(
+                "cannot read the ledger id generator of `{uri}`: this orchestrator has no \
+                 IdgenSource; build it with Orchestrator::with_idgen (MemoryClusters for \
+                 memory:// clusters, bkswitch_bookkeeper::ZkIdgenSource for BookKeeper)"
+            ),
+        ))
+    }
+}
+
 struct Inner {
     store: Arc<dyn MetadataStore>,
     registry: Registry,
@@ -263,8 +284,11 @@ impl Ctx {
 impl Orchestrator {
     /// A coordinator on `store` (the broker metadata store), the cluster
     /// `registry`, the clusters' `clients` and the topic `owners`. Reads next
-    /// ledger ids for the precheck from ZooKeeper ([`ZkIdgenSource`]); see
-    /// [`with_idgen`](Self::with_idgen).
+    /// ledger ids for the precheck through the [`IdgenSource`] given to
+    /// [`with_idgen`](Self::with_idgen) (`MemoryClusters` for `memory://`
+    /// clusters, `bkswitch_bookkeeper::ZkIdgenSource` for BookKeeper's
+    /// ZooKeeper layout); without one every precheck fails, naming the call
+    /// to make.
     pub fn new(
         store: Arc<dyn MetadataStore>,
         registry: Registry,
@@ -279,7 +303,7 @@ impl Orchestrator {
                 clients,
                 owners,
                 config,
-                idgen: Arc::new(ZkIdgenSource::default()),
+                idgen: Arc::new(NoIdgenSource),
                 clock: Arc::new(SystemClock),
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
