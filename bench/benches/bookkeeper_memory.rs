@@ -30,15 +30,11 @@ use std::time::Instant;
 
 use bkswitch_bk_client::{BookKeeper, DigestType, LedgerConfig, ReadHandle, WriteHandle};
 use bkswitch_bk_harness::BkCluster;
-use bkswitch_bookkeeper::digest::{master_key, DigestManager};
-use bkswitch_bookkeeper::wire::codec::{
-    decode_response, encode_add, split_frame, EntryHeader, OP_ADD,
-};
+use bkswitch_bookkeeper::testkit::write_unconfirmed;
 use bkswitch_bookkeeper::{BookKeeperClient, ClientConfig};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use counting_alloc::{Counting, CURRENT, PEAK};
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -65,58 +61,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// add confirmed -1 (a writer that crashed before confirming anything), 256
 /// requests in flight.
 async fn raw_adds(bookie: &str, ledger_id: i64, count: i64, payload: &Bytes) {
-    let digest = DigestManager::new(DigestType::Crc32c, b"");
-    let key = master_key(b"");
-    let stream = tokio::net::TcpStream::connect(bookie).await.unwrap();
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
-    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let reader = tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(1 << 16);
-        let mut got = 0i64;
-        while got < count {
-            while let Some(frame) = split_frame(&mut buf).unwrap() {
-                let r = decode_response(frame).unwrap();
-                assert_eq!(
-                    (r.op, r.rc),
-                    (OP_ADD, 0),
-                    "bookie refused entry {}",
-                    r.entry_id
-                );
-                got += 1;
-                let _ = acked_tx.send(());
-            }
-            if got < count && read.read_buf(&mut buf).await.unwrap() == 0 {
-                panic!("the bookie closed the connection after {got} answers");
-            }
-        }
-    });
-    let mut inflight = 0;
-    let mut out = BytesMut::new();
-    for entry in 0..count {
-        while inflight >= 256 {
-            acked_rx.recv().await.unwrap();
-            inflight -= 1;
-        }
-        out.extend_from_slice(&encode_add(
-            &key,
-            &digest,
-            EntryHeader {
-                ledger_id,
-                entry_id: entry,
-                last_add_confirmed: -1,
-                length: (entry + 1) * payload.len() as i64,
-            },
-            payload,
-            0,
-        ));
-        inflight += 1;
-        if out.len() >= 1 << 16 || inflight >= 256 || entry + 1 == count {
-            write.write_all(&out).await.unwrap();
-            out.clear();
-        }
-    }
-    reader.await.unwrap();
+    write_unconfirmed(bookie, ledger_id, DigestType::Crc32c, count, payload, 256)
+        .await
+        .unwrap();
 }
 
 fn main() {

@@ -6,8 +6,10 @@
 //! client (`bkswitch-bookkeeper`) writes cursor-sized ledgers on the source —
 //! 100 entries × 1 KiB, ensemble 3 / write quorum 2 / ack quorum 2, CRC32C,
 //! closed — and `copy_ledger_preserving_ids` (what BUILD runs, default window
-//! 64) copies them onto the destination, N copies in flight (N = 1, 4, 16), each
-//! copy a task, as the orchestrator runs them. Each round copies a fresh set of
+//! 64) copies them onto the destination, N copies in flight (N = 1, 4, 16, 64), each
+//! copy a task, as the orchestrator runs them, and beside each round the Java
+//! copier of the harness (`copy_from`) copies another fresh set the same way.
+//! Each round copies a fresh set of
 //! source ledgers that the destination has never held, so every round copies
 //! them all; afterwards every copy is compared with its source
 //! (`verify_dst_matches_src`: same ledger id, configuration, last entry id,
@@ -125,7 +127,7 @@ impl Settings {
                     .collect::<Vec<usize>>()
             })
             .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| vec![1, 4, 16]);
+            .unwrap_or_else(|| vec![1, 4, 16, 64]);
         Settings {
             quick,
             ledgers: env("COPY_REAL_LEDGERS").unwrap_or(if quick { 200 } else { 1000 }),
@@ -407,7 +409,8 @@ fn available_kib(dir: &std::path::Path) -> Option<u64> {
 fn check_space(s: &Settings) {
     // Every entry is stored twice (write quorum 2), in a journal and in an
     // entry log: 4 KiB per 1 KiB entry, on the source and on the destination.
-    let copied = (s.warmup_ledgers + s.concurrency.len() * s.ledgers) * SMALL_ENTRIES
+    // Each concurrency copies a set with the Rust copy and one with the Java copier.
+    let copied = (s.warmup_ledgers + 2 * s.concurrency.len() * s.ledgers) * SMALL_ENTRIES
         + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
     // The raw adds on the destination (Java's and the Rust client's) and the
     // source ledger of the raw reads.
@@ -433,6 +436,9 @@ struct Figures {
     idle: CpuUse,
     raw: Vec<Raw>,
     rounds: Vec<(usize, Round)>,
+    /// The Java copier's rounds beside the Rust ones: (copies in flight, its
+    /// MiB/s, the load average after it).
+    java_rounds: Vec<(usize, f64, f64)>,
     large: Round,
     control: Round,
     took: Duration,
@@ -549,18 +555,20 @@ fn main() {
     // The source ledgers: one fresh set per round, so that every round copies
     // ledgers the destination has never held.
     let write_started = Instant::now();
-    let (warm_ids, sets, large_ids, control_ids) = rt.block_on(async {
+    let (warm_ids, sets, java_sets, large_ids, control_ids) = rt.block_on(async {
         let write = |set: String, count, entries| write_source(src_bk.clone(), set, count, entries);
         let warm = write("warmup".into(), s.warmup_ledgers, SMALL_ENTRIES).await;
         let mut sets = Vec::new();
+        let mut java_sets = Vec::new();
         for c in &s.concurrency {
             sets.push(write(format!("c{c}"), s.ledgers, SMALL_ENTRIES).await);
+            java_sets.push(write(format!("j{c}"), s.ledgers, SMALL_ENTRIES).await);
         }
         let large = write("large".into(), s.large_ledgers, LARGE_ENTRIES).await;
         let control = write("control".into(), s.control_ledgers, LARGE_ENTRIES).await;
-        (warm, sets, large, control)
+        (warm, sets, java_sets, large, control)
     });
-    let written = (s.warmup_ledgers + sets.len() * s.ledgers) * SMALL_ENTRIES
+    let written = (s.warmup_ledgers + 2 * sets.len() * s.ledgers) * SMALL_ENTRIES
         + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
     let write_seconds = write_started.elapsed().as_secs_f64();
     eprintln!(
@@ -591,10 +599,32 @@ fn main() {
 
     let mut raw = java.series(&rt, &*dst_bk, &bench.groups, s.raw_entries, "before");
     let mut rounds = Vec::new();
-    for (&c, ids) in s.concurrency.iter().zip(&sets) {
+    let mut java_rounds = Vec::new();
+    let source_uri = source.metadata_service_uri();
+    // The Java copier (bk-harness `copy_from`: open without recovery, batched
+    // reads, createLedgerAdv under the same id, adds with explicit ids, the
+    // same window), on its own fresh set, alternating which goes first.
+    let java_round = |ids: &[LedgerId], c: usize| {
+        let r = java
+            .destination
+            .copy_from(&source_uri, ids, c as u32, s.window as u32)
+            .unwrap();
+        assert_eq!(r.ledgers as usize, ids.len());
+        rt.block_on(verify_all(&bench.src, &bench.dst, ids));
+        let mib = r.bytes as f64 / MIB / r.seconds;
+        eprintln!("Java copier at {c}: {mib:.1} MiB/s");
+        (c, mib, load_average())
+    };
+    for (i, ((&c, ids), java_ids)) in s.concurrency.iter().zip(&sets).zip(&java_sets).enumerate() {
+        if i % 2 == 1 {
+            java_rounds.push(java_round(java_ids, c));
+        }
         let r = round(ids, SMALL_ENTRIES, c, Method::Streaming);
         eprintln!("copy at {c}: {:.1} MiB/s", r.mib_per_sec());
         rounds.push((c, r));
+        if i % 2 == 0 {
+            java_rounds.push(java_round(java_ids, c));
+        }
     }
     let large = round(
         &large_ids,
@@ -620,6 +650,7 @@ fn main() {
         idle,
         raw,
         rounds,
+        java_rounds,
         large,
         control,
         took: run_started.elapsed(),

@@ -40,6 +40,13 @@
  *   benchRead {ledgerId, batch, digest?, password?} -> {entries, seconds, entriesPerSec, mibPerSec}
  *   benchRandomRead {ledgerId, count, inflight, digest?, password?}
  *            -> {entries, seconds, entriesPerSec, mibPerSec}   (single entries at random ids)
+ *   copyFrom {sourceUri, ledgerIds: [long], copies, window, digest?, password?}
+ *            -> {ledgers, entries, bytes, seconds, mibPerSec}
+ *            (the Java way of the id-preserving copy: from the cluster at sourceUri into the
+ *            session's cluster, `copies` ledgers at a time; each opened without recovery,
+ *            read in batches of `window` entries, created with createLedgerAdv under the
+ *            same id, quorums and custom metadata, its entries added with their ids with
+ *            at most `window` adds in flight, then closed)
  *   ping     {} -> {}
  *   quit     {} -> {} and the process exits
  * Digests: "CRC32", "CRC32C" (default), "MAC", "DUMMY". Passwords default to empty.
@@ -95,6 +102,11 @@ public final class BkInterop {
 
     private final BookKeeper bk;
     private final Map<Long, LedgerHandle> handles = new HashMap<>();
+    /** Clients of other clusters (copyFrom sources), by metadata service URI. */
+    private final Map<String, BookKeeper> sources = new HashMap<>();
+    /** The session's protocol and --conf settings, for the source clients. */
+    private static boolean useV3;
+    private static final List<String[]> EXTRA_CONF = new ArrayList<>();
 
     private BkInterop(BookKeeper bk) {
         this.bk = bk;
@@ -143,6 +155,8 @@ public final class BkInterop {
             fatal(out, "usage: BkInterop <metadataServiceUri> [--v3] [--conf key=value]...");
         }
 
+        useV3 = v3;
+        EXTRA_CONF.addAll(extra);
         ClientConfiguration conf = new ClientConfiguration();
         conf.setMetadataServiceUri(uri);
         conf.setUseV2WireProtocol(!v3);
@@ -267,6 +281,8 @@ public final class BkInterop {
                 return benchRead(cmd);
             case "benchRandomRead":
                 return benchRandomRead(cmd);
+            case "copyFrom":
+                return copyFrom(cmd);
             default:
                 throw new HelperException("unknown command " + name);
         }
@@ -521,6 +537,105 @@ public final class BkInterop {
         r.put("p50Micros", entries == 0 ? 0 : latency[entries / 2] / 1000.0);
         r.put("p99Micros", entries == 0 ? 0 : latency[Math.min(entries - 1, (int) (entries * 99L / 100))] / 1000.0);
         return r;
+    }
+
+    private ObjectNode copyFrom(JsonNode cmd) throws Exception {
+        String sourceUri = cmd.path("sourceUri").asText("");
+        if (sourceUri.isEmpty()) {
+            throw new HelperException("copyFrom needs sourceUri");
+        }
+        JsonNode ids = cmd.get("ledgerIds");
+        if (ids == null || !ids.isArray()) {
+            throw new HelperException("copyFrom needs ledgerIds, an array of ledger ids");
+        }
+        int copies = Math.max(1, integer(cmd, "copies", 1));
+        int window = Math.max(1, integer(cmd, "window", 64));
+        BookKeeper.DigestType digest = digest(cmd);
+        byte[] password = bytes(cmd, "password");
+        BookKeeper src = sources.get(sourceUri);
+        if (src == null) {
+            ClientConfiguration conf = new ClientConfiguration();
+            conf.setMetadataServiceUri(sourceUri);
+            conf.setUseV2WireProtocol(!useV3);
+            for (String[] kv : EXTRA_CONF) {
+                conf.setProperty(kv[0], kv[1]);
+            }
+            src = new BookKeeper(conf);
+            sources.put(sourceUri, src);
+        }
+        java.util.concurrent.ConcurrentLinkedQueue<Long> queue = new java.util.concurrent.ConcurrentLinkedQueue<>();
+        for (JsonNode id : ids) {
+            queue.add(id.asLong());
+        }
+        int ledgers = queue.size();
+        AtomicLong entries = new AtomicLong();
+        AtomicLong bytes = new AtomicLong();
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(copies);
+        List<java.util.concurrent.Future<?>> workers = new ArrayList<>();
+        final BookKeeper source = src;
+        long start = System.nanoTime();
+        for (int w = 0; w < copies; w++) {
+            workers.add(pool.submit(() -> {
+                Long id;
+                while ((id = queue.poll()) != null) {
+                    copyOne(source, id, digest, password, window, entries, bytes);
+                }
+                return null;
+            }));
+        }
+        try {
+            for (java.util.concurrent.Future<?> f : workers) {
+                try {
+                    f.get();
+                } catch (ExecutionException e) {
+                    throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
+                }
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+        double seconds = Math.max(System.nanoTime() - start, 1) / 1e9;
+        ObjectNode r = ok();
+        r.put("ledgers", ledgers);
+        r.put("entries", entries.get());
+        r.put("bytes", bytes.get());
+        r.put("seconds", seconds);
+        r.put("mibPerSec", bytes.get() / (1024.0 * 1024.0) / seconds);
+        return r;
+    }
+
+    private void copyOne(BookKeeper source, long id, BookKeeper.DigestType digest, byte[] password,
+            int window, AtomicLong entries, AtomicLong bytes) throws Exception {
+        LedgerHandle in = source.openLedgerNoRecovery(id, digest, password);
+        LedgerMetadata md = in.getLedgerMetadata();
+        LedgerHandle out = bk.createLedgerAdv(id, md.getEnsembleSize(), md.getWriteQuorumSize(),
+                md.getAckQuorumSize(), digest, password, md.getCustomMetadata());
+        long lac = in.getLastAddConfirmed();
+        Semaphore inFlight = new Semaphore(window);
+        AtomicInteger failure = new AtomicInteger(BKException.Code.OK);
+        for (long first = 0; first <= lac && failure.get() == BKException.Code.OK; first += window) {
+            long last = Math.min(lac, first + window - 1);
+            Enumeration<LedgerEntry> batch = in.readEntries(first, last);
+            while (batch.hasMoreElements()) {
+                LedgerEntry e = batch.nextElement();
+                byte[] data = e.getEntry();
+                inFlight.acquire();
+                out.asyncAddEntry(e.getEntryId(), data, (rc, h, entryId, ctx) -> {
+                    if (rc != BKException.Code.OK) {
+                        failure.compareAndSet(BKException.Code.OK, rc);
+                    }
+                    inFlight.release();
+                }, null);
+                entries.incrementAndGet();
+                bytes.addAndGet(data.length);
+            }
+        }
+        inFlight.acquire(window);
+        in.close();
+        if (failure.get() != BKException.Code.OK) {
+            throw BKException.create(failure.get());
+        }
+        out.close();
     }
 
     private ObjectNode benchRead(JsonNode cmd) throws Exception {

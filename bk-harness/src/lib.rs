@@ -19,8 +19,8 @@ pub use install::{
 };
 pub use interop::{
     codes, deterministic_payload, BenchAddOptions, BenchAddResult, BenchReadResult, CreateOptions,
-    DigestType, Entry, JavaClient, JavaClientBuilder, JavaError, JavaLedgerMetadata, OpenedLedger,
-    Segment, CALL_TIMEOUT, SESSION_START_TIMEOUT,
+    DigestType, Entry, JavaClient, JavaClientBuilder, JavaCopyResult, JavaError,
+    JavaLedgerMetadata, OpenedLedger, Segment, CALL_TIMEOUT, SESSION_START_TIMEOUT,
 };
 pub use pulsar::{
     encoded, judged, pulsar_lib_dir, Judged, PulsarJudge, PulsarKind, PULSAR_VERSION,

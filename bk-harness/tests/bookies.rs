@@ -610,3 +610,70 @@ fn no_jvm_outlives_the_test_process() {
         session.display()
     );
 }
+
+/// The Java copier (`copyFrom`, the Java way of the id-preserving copy):
+/// ledgers of the shared cluster copied into another cluster keep their ids,
+/// quorums, custom metadata, entries and length; an id already taken on the
+/// target fails the copy with the Java client's "ledger exists".
+#[test]
+fn java_copier_keeps_ids_metadata_and_entries() {
+    if !bk_available() {
+        return;
+    }
+    let _heavy = heavy();
+    let source = java();
+    let mut ids = Vec::new();
+    for (i, count) in [(0u8, 40u64), (1, 1), (2, 130)] {
+        let options = CreateOptions::new(3, 2, 2)
+            .custom("application", "pulsar")
+            .custom("copy-test", vec![i]);
+        let id = source.create(&options).expect("create");
+        source.add_many(id, count, Some(100)).expect("adds");
+        source.close(id).expect("close");
+        ids.push(id);
+    }
+    // Bookies start slowly on a loaded machine: a generous bound.
+    let target = BkCluster::builder(
+        &bkswitch_zk_harness::shared().connect_string(),
+        &bkswitch_bk_harness::unique_ledgers_root(),
+    )
+    .bookies(3)
+    .start_timeout(Duration::from_secs(240))
+    .start();
+    let java_target = target.java_client();
+    let copied = java_target
+        .copy_from(&shared().metadata_service_uri(), &ids, 2, 16)
+        .expect("copy");
+    assert_eq!((copied.ledgers, copied.entries), (3, 171));
+    assert_eq!(copied.bytes, 171 * 100);
+    for &id in &ids {
+        let from = source.metadata(id).expect("source metadata");
+        let to = java_target.metadata(id).expect("target metadata");
+        assert_eq!(
+            (to.ensemble_size, to.write_quorum_size, to.ack_quorum_size),
+            (3, 2, 2)
+        );
+        assert_eq!(to.custom_metadata, from.custom_metadata);
+        assert!(to.closed);
+        assert_eq!(
+            (to.last_entry_id, to.length),
+            (from.last_entry_id, from.length)
+        );
+        java_target
+            .open(id, false, DigestType::Crc32c, b"")
+            .expect("open the copy");
+        source
+            .open(id, false, DigestType::Crc32c, b"")
+            .expect("open the source");
+        let last = from.last_entry_id;
+        assert_eq!(
+            java_target.read(id, 0, last).expect("read the copy"),
+            source.read(id, 0, last).expect("read the source")
+        );
+    }
+    let err = java_target
+        .copy_from(&shared().metadata_service_uri(), &ids[..1], 1, 16)
+        .unwrap_err();
+    assert_eq!(err.code, codes::LEDGER_EXIST, "{err}");
+    java_target.quit();
+}

@@ -138,11 +138,19 @@ impl BookKeeperClient {
                 "BookKeeperClient must be created within a Tokio runtime",
             )
         })?;
+        let tls = match &config.tls_trust_store {
+            None => None,
+            Some(path) => Some(
+                crate::wire::tls::Tls::new(path, config.tls_hostname_verification).map_err(
+                    |e| BkError::new(BkErrorKind::InvalidArgument, e).with_cluster(&name),
+                )?,
+            ),
+        };
         let meta = ClusterMeta::open(store.clone(), &name, &uri).await?;
         let bookies = Bookies::start(store, meta.root(), &name).await?;
         info!(cluster = %name, uri = %uri, layout = ?meta.kind(), bookies = ?bookies.current().writable, "BookKeeper client ready");
         let inner = Arc::new(ClientInner::new(
-            name, uri, config, meta, bookies, runtime, owns_store,
+            name, uri, config, meta, bookies, runtime, owns_store, tls,
         ));
         inner.refresh_racks().await;
         Ok(BookKeeperClient { inner })
@@ -174,6 +182,13 @@ impl BookKeeperClient {
     /// acknowledged), bounded by [`ClientConfig::max_add_bytes_in_flight`].
     pub fn add_bytes_in_flight(&self) -> usize {
         self.inner.add_budget.in_flight()
+    }
+
+    /// The most add bytes in flight to one bookie now (sent on its connection
+    /// and not answered by it yet), bounded by
+    /// [`ClientConfig::max_add_bytes_in_flight_per_bookie`].
+    pub fn max_bookie_bytes_in_flight(&self) -> usize {
+        self.inner.max_conn_bytes_in_flight()
     }
 
     /// The bookies as last seen (kept current by a watch on their registrations).

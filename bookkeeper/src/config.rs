@@ -55,6 +55,20 @@ pub struct ClientConfig {
     /// connections' buffers. Default 256 MiB. (The Java client has no such
     /// bound; Pulsar bounds pending adds per managed ledger.)
     pub max_add_bytes_in_flight: usize,
+    /// Bytes of adds in flight to one bookie (sent on its connection and not
+    /// answered by it yet): an add whose write set has a bookie over this
+    /// waits (backpressure), so that a slow bookie does not make its
+    /// connection's buffers grow. Default 64 MiB. (Java has Netty's
+    /// `clientWriteBufferHighWaterMark` with `waitTimeoutOnBackpressureMs`,
+    /// off by default.)
+    pub max_add_bytes_in_flight_per_bookie: usize,
+    /// Adds per second one write handle sends at most (Java's `throttle`, a
+    /// rate limiter per `LedgerHandle`, 5,000 by default in Java, turned off
+    /// by Pulsar's broker): an add over the rate waits for its slot, in
+    /// order, with up to a second of unused slots saved for a burst. Zero (the
+    /// default, as in Pulsar) turns it off. Recovery's write-back is not
+    /// throttled.
+    pub throttle: u32,
     /// Entries a range read asks for at once: the next entry is asked for as
     /// soon as one arrives. Default 256.
     pub read_window: usize,
@@ -81,6 +95,17 @@ pub struct ClientConfig {
     /// rack least used so far. `None` (the default) or a missing node: random
     /// placement. Re-read when older than 30 s.
     pub rack_info_path: Option<String>,
+    /// TLS to the bookies: a PEM file of the CA certificates that signed the
+    /// bookies' certificates (Java's `tlsTrustStore` with
+    /// `tlsTrustStoreType=PEM`; TLS is on in Java when
+    /// `tlsProviderFactoryClass` is set). Every new connection then sends
+    /// BookKeeper's `START_TLS` and runs a TLS handshake before its requests.
+    /// `None` (the default): plain TCP.
+    pub tls_trust_store: Option<std::path::PathBuf>,
+    /// Whether a bookie's certificate must also name the address it is
+    /// reached at (Java's `tlsHostnameVerificationEnabled`, off by default as
+    /// here: the chain is always checked against the trust store).
+    pub tls_hostname_verification: bool,
 }
 
 impl Default for ClientConfig {
@@ -97,11 +122,15 @@ impl Default for ClientConfig {
             max_ensemble_changes: 1_000,
             bookie_quarantine: Duration::from_secs(10),
             max_add_bytes_in_flight: 256 << 20,
+            max_add_bytes_in_flight_per_bookie: 64 << 20,
+            throttle: 0,
             read_window: 256,
             recovery_window: 64,
             sticky_reads: true,
             speculative_read_timeout: Duration::ZERO,
             rack_info_path: None,
+            tls_trust_store: None,
+            tls_hostname_verification: false,
         }
     }
 }
@@ -150,6 +179,18 @@ impl ClientConfig {
         self
     }
 
+    /// Set the bytes of adds in flight allowed to one bookie.
+    pub fn with_max_add_bytes_in_flight_per_bookie(mut self, bytes: usize) -> Self {
+        self.max_add_bytes_in_flight_per_bookie = bytes;
+        self
+    }
+
+    /// Set the adds per second of one write handle (zero: no throttle).
+    pub fn with_throttle(mut self, adds_per_second: u32) -> Self {
+        self.throttle = adds_per_second;
+        self
+    }
+
     /// Set how many entries a range read asks for at once.
     pub fn with_read_window(mut self, entries: usize) -> Self {
         self.read_window = entries;
@@ -178,6 +219,19 @@ impl ClientConfig {
     /// (Pulsar keeps them at `/bookies`).
     pub fn with_rack_info_path(mut self, path: impl Into<String>) -> Self {
         self.rack_info_path = Some(path.into());
+        self
+    }
+
+    /// Turn TLS to the bookies on, trusting the CA certificates in the PEM
+    /// file at `path`.
+    pub fn with_tls_trust_store(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_trust_store = Some(path.into());
+        self
+    }
+
+    /// Also check that a bookie's certificate names its address.
+    pub fn with_tls_hostname_verification(mut self, on: bool) -> Self {
+        self.tls_hostname_verification = on;
         self
     }
 

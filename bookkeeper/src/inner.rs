@@ -34,14 +34,21 @@ pub(crate) struct ClientInner {
     /// The budget of add bytes in flight.
     pub(crate) add_budget: AddBudget,
     conns: Mutex<HashMap<String, Arc<BookieConn>>>,
+    /// The budget of add bytes in flight of each bookie's connection.
+    conn_budgets: Mutex<HashMap<String, Arc<AddBudget>>>,
     quarantine: Mutex<HashMap<String, std::time::Instant>>,
     /// The bookies' racks (empty: unknown) and when they were read.
     racks: Mutex<(Racks, Option<std::time::Instant>)>,
     closed: AtomicBool,
     owns_store: bool,
+    tls: Option<crate::wire::tls::Tls>,
 }
 
 impl ClientInner {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "called once, by the client's constructor"
+    )]
     pub(crate) fn new(
         name: String,
         uri: MetadataServiceUri,
@@ -50,6 +57,7 @@ impl ClientInner {
         bookies: Arc<Bookies>,
         runtime: Handle,
         owns_store: bool,
+        tls: Option<crate::wire::tls::Tls>,
     ) -> ClientInner {
         let add_budget = AddBudget::new(config.max_add_bytes_in_flight);
         ClientInner {
@@ -62,10 +70,12 @@ impl ClientInner {
             wire_stats: Arc::default(),
             add_budget,
             conns: Mutex::new(HashMap::new()),
+            conn_budgets: Mutex::new(HashMap::new()),
             quarantine: Mutex::new(HashMap::new()),
             racks: Mutex::new((Arc::default(), None)),
             closed: AtomicBool::new(false),
             owns_store,
+            tls,
         }
     }
 
@@ -129,12 +139,37 @@ impl ClientInner {
                 connect_timeout: self.config.connect_timeout,
                 sweep_interval: sweep_interval(&self.config),
                 stats: self.wire_stats.clone(),
+                tls: self.tls.clone(),
             },
             resolver,
             self.runtime.clone(),
         );
         conns.insert(bookie.to_owned(), conn.clone());
         conn
+    }
+
+    /// The budget of add bytes in flight to `bookie`
+    /// ([`ClientConfig::max_add_bytes_in_flight_per_bookie`]).
+    pub(crate) fn conn_budget(&self, bookie: &str) -> Arc<AddBudget> {
+        let mut budgets = self.conn_budgets.lock();
+        if let Some(b) = budgets.get(bookie) {
+            return b.clone();
+        }
+        let b = Arc::new(AddBudget::new(
+            self.config.max_add_bytes_in_flight_per_bookie,
+        ));
+        budgets.insert(bookie.to_owned(), b.clone());
+        b
+    }
+
+    /// The most add bytes in flight to one bookie now.
+    pub(crate) fn max_conn_bytes_in_flight(&self) -> usize {
+        self.conn_budgets
+            .lock()
+            .values()
+            .map(|b| b.in_flight())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Requests sent so far, by bookie.
@@ -288,10 +323,12 @@ fn parse_racks(bytes: &[u8]) -> HashMap<String, String> {
     racks
 }
 
-/// The client's budget of add bytes in flight
-/// ([`ClientConfig::max_add_bytes_in_flight`]): one permit per byte, taken by an
+/// A budget of add bytes in flight: the client's
+/// ([`ClientConfig::max_add_bytes_in_flight`]), one permit per byte, taken by an
 /// add when it is sent and given back when the ack quorum has it (or it leaves
-/// the writer: failed or closed).
+/// the writer: failed or closed); or one bookie connection's
+/// ([`ClientConfig::max_add_bytes_in_flight_per_bookie`]), given back when that
+/// bookie answers (or the request fails or times out).
 pub(crate) struct AddBudget {
     pub(crate) semaphore: Arc<tokio::sync::Semaphore>,
     total: u32,
@@ -314,6 +351,11 @@ impl AddBudget {
         u32::try_from(len.saturating_add(64))
             .unwrap_or(u32::MAX)
             .min(self.total)
+    }
+
+    /// `cost` permits, never more than the whole budget.
+    pub(crate) fn clamp(&self, cost: u32) -> u32 {
+        cost.min(self.total)
     }
 
     /// The bytes in flight now.

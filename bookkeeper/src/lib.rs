@@ -10,8 +10,10 @@ mod inner;
 mod ledger;
 mod meta;
 pub mod quorum;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod uri;
-pub mod wire;
+pub(crate) mod wire;
 
 /// Protobuf types of BookKeeper's `DataFormats.proto` (generated).
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -288,6 +288,23 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
             100.0 * ceiling / raw_limit
         );
     }
+    println!();
+    println!(
+        "The Rust copy against the Java copier (bk-harness `copy_from`, written as a Java \
+         implementation would), same clusters, same window, alternating which goes first:"
+    );
+    println!();
+    println!("| copies in flight | Rust MiB/s | Java copier MiB/s | Rust / Java | load (1 min) after Java |");
+    println!("|---|---|---|---|---|");
+    for (c, java_mib, load) in &f.java_rounds {
+        if let Some((_, r)) = rounds.iter().find(|(rc, _)| rc == c) {
+            println!(
+                "| {c} | {:.1} | {java_mib:.1} | {:.2} | {load:.1} |",
+                r.mib_per_sec(),
+                r.mib_per_sec() / java_mib
+            );
+        }
+    }
     memory_report(rounds, large, &f.control, s.window);
 }
 

@@ -19,7 +19,7 @@ mod types;
 
 pub use types::{
     codes, deterministic_payload, BenchAddOptions, BenchAddResult, BenchReadResult, CreateOptions,
-    DigestType, Entry, JavaError, JavaLedgerMetadata, OpenedLedger, Segment,
+    DigestType, Entry, JavaCopyResult, JavaError, JavaLedgerMetadata, OpenedLedger, Segment,
 };
 
 use crate::install::{classpath, installation};
@@ -578,6 +578,32 @@ impl JavaClient {
             "ledgerId": ledger_id,
             "count": count,
             "inflight": inflight,
+        }))?)
+    }
+
+    /// Copies ledgers the way a Java implementation of the id-preserving copy
+    /// would: from the cluster at `source_uri` into this session's cluster,
+    /// `copies` ledgers at a time; each opened without recovery, read in
+    /// batches of `window` entries, created with `createLedgerAdv` under the
+    /// same id, quorums and custom metadata, its entries added with their ids
+    /// with at most `window` adds in flight, then closed. CRC32C, no password.
+    ///
+    /// # Errors
+    ///
+    /// The Java client's error (a source ledger missing, a target id taken…).
+    pub fn copy_from(
+        &self,
+        source_uri: &str,
+        ledger_ids: &[i64],
+        copies: u32,
+        window: u32,
+    ) -> Result<JavaCopyResult, JavaError> {
+        parse(self.call(json!({
+            "cmd": "copyFrom",
+            "sourceUri": source_uri,
+            "ledgerIds": ledger_ids,
+            "copies": copies,
+            "window": window,
         }))?)
     }
 

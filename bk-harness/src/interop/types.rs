@@ -317,6 +317,22 @@ pub struct BenchReadResult {
     pub mib_per_sec: f64,
 }
 
+/// The result of [`JavaClient::copy_from`](super::JavaClient::copy_from).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JavaCopyResult {
+    /// Ledgers copied.
+    pub ledgers: u64,
+    /// Entries copied.
+    pub entries: u64,
+    /// Payload bytes copied.
+    pub bytes: u64,
+    /// Wall time of the copies.
+    pub seconds: f64,
+    /// Payload MiB per second.
+    pub mib_per_sec: f64,
+}
+
 /// The payload the helper writes for the `n`-th entry of
 /// [`JavaClient::add_many`](super::JavaClient::add_many) (counting from 0 in that call): the UTF-8 text
 /// `entry-<n>` without a size, else `size` bytes where byte `k` is

@@ -23,8 +23,9 @@
 //! re-write, and an ensemble change stays local until recovery closes the
 //! ledger (BookKeeper's `newEnsemblesFromRecovery`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bkswitch_bk_client::{
     BkError, BkErrorKind, Ensemble, EntryId, LedgerEntry, LedgerMetadata, LedgerState, ReadHandle,
@@ -76,8 +77,13 @@ pub(super) struct PendingAdd {
     /// caller's payload (the frame is built when it is let through): not sent
     /// yet, not even after an ensemble change.
     pub(super) held: Option<Bytes>,
-    /// This entry's share of the budget, given back when it leaves `pending`.
+    /// This entry's share of the client's budget, given back when the ack
+    /// quorum has it or it leaves `pending`.
     pub(super) permit: Option<OwnedSemaphorePermit>,
+    /// Its shares of the budgets of the connections of its write set, each
+    /// moved into the request to that bookie when it is sent (and given back
+    /// when that bookie answers, fails or times out).
+    pub(super) conn_permits: Vec<(String, OwnedSemaphorePermit)>,
     pub(super) waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
 }
 
@@ -94,6 +100,11 @@ pub(super) struct WriteState {
     pub(super) failed: BTreeMap<usize, String>,
     pub(super) ensemble_changes: u32,
     pub(super) sealed: bool,
+    /// Entries waiting for admission (budgets of bytes in flight, throttle),
+    /// in call order; one task per writer lets them through.
+    pub(super) held_queue: VecDeque<EntryId>,
+    /// Whether that task runs.
+    pub(super) releasing: bool,
 }
 
 /// One request to send, gathered under the lock and sent after it.
@@ -102,6 +113,15 @@ pub(super) struct Send {
     pub(super) index: usize,
     pub(super) bookie: String,
     pub(super) frame: Bytes,
+    /// The entry's share of this bookie's connection budget (first send only).
+    pub(super) permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What lets an entry be sent: its shares of the client's and of its write
+/// set's connections' budgets of add bytes in flight.
+pub(super) struct Admission {
+    client: OwnedSemaphorePermit,
+    conns: Vec<(String, OwnedSemaphorePermit)>,
 }
 
 /// The shared state of a writer (callbacks of bookie answers hold it too).
@@ -109,6 +129,8 @@ pub(crate) struct WriterShared {
     pub(super) ctx: Arc<LedgerCtx>,
     pub(super) mode: Mode,
     pub(super) state: Mutex<WriteState>,
+    /// Adds per second (Java's `throttle`), when set.
+    throttle: Option<Mutex<RateLimiter>>,
 }
 
 impl WriterShared {
@@ -121,7 +143,6 @@ impl WriterShared {
         length: u64,
     ) -> Arc<WriterShared> {
         Arc::new(WriterShared {
-            ctx,
             mode,
             state: Mutex::new(WriteState {
                 record,
@@ -136,7 +157,14 @@ impl WriterShared {
                 failed: BTreeMap::new(),
                 ensemble_changes: 0,
                 sealed: false,
+                held_queue: VecDeque::new(),
+                releasing: false,
             }),
+            throttle: match (mode, ctx.client.config.throttle) {
+                (Mode::Recovery, _) | (_, 0) => None,
+                (_, rate) => Some(Mutex::new(RateLimiter::new(rate))),
+            },
+            ctx,
         })
     }
 
@@ -200,13 +228,9 @@ impl WriterShared {
         )
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one call per kind of add, all named"
-    )]
     /// Queues entry `entry` (checks done by the caller) and returns its sends.
-    /// A `held` entry (waiting for the budget of add bytes in flight) keeps the
-    /// caller's payload and is framed when it is let through.
+    /// An entry without `admission` waits for it in `held_queue` with the
+    /// caller's payload, and is framed when it is let through.
     fn enqueue(
         &self,
         st: &mut WriteState,
@@ -214,14 +238,18 @@ impl WriterShared {
         payload: Bytes,
         header_length: u64,
         waiter: Option<oneshot::Sender<Result<EntryId, BkError>>>,
-        permit: Option<OwnedSemaphorePermit>,
-        held: bool,
+        admission: Option<Admission>,
     ) -> Vec<Send> {
         let payload_len = payload.len() as u64;
+        let held = admission.is_none() && self.mode != Mode::Recovery;
         let (frame, held) = if held {
             (Bytes::new(), Some(payload))
         } else {
             (self.frame(st.lac, entry, &payload, header_length), None)
+        };
+        let (permit, conn_permits) = match admission {
+            Some(a) => (Some(a.client), a.conns),
+            None => (None, Vec::new()),
         };
         let mut pending = PendingAdd {
             frame,
@@ -231,14 +259,18 @@ impl WriterShared {
             sent: false,
             held,
             permit,
+            conn_permits,
             waiter,
         };
         let sends = if st.changing || pending.held.is_some() {
             Vec::new()
         } else {
             pending.sent = true;
-            sends_for(&st.record, entry, &pending, None)
+            sends_for(&st.record, entry, &mut pending, None)
         };
+        if pending.held.is_some() {
+            st.held_queue.push_back(entry);
+        }
         st.pending.insert(entry, pending);
         sends
     }
@@ -248,16 +280,56 @@ impl WriterShared {
         for s in sends {
             let conn = self.ctx.client.conn(&s.bookie);
             let this = self.clone();
-            let (entry, index, bookie) = (s.entry, s.index, s.bookie);
+            let (entry, index, bookie, permit) = (s.entry, s.index, s.bookie, s.permit);
             conn.send(
                 (OP_ADD, self.ctx.ledger_id, entry),
                 s.frame,
                 timeout,
                 Completion::Callback(Box::new(move |result| {
+                    // The connection's share goes back with the answer.
+                    drop(permit);
                     this.on_answer(entry, index, bookie, result)
                 })),
             );
         }
+    }
+
+    /// The bytes entry `entry` of `len` payload bytes takes from the budgets,
+    /// and the bookies of its write set in the current ensemble (sorted, the
+    /// order their budgets are taken in).
+    fn admission_needs(&self, st: &WriteState, entry: EntryId, len: usize) -> (u32, Vec<String>) {
+        let ensemble = &st.record.last_ensemble().bookies;
+        let mut bookies: Vec<String> =
+            write_set(entry, st.record.ensemble_size, st.record.write_quorum_size)
+                .into_iter()
+                .map(|i| ensemble[i].clone())
+                .collect();
+        bookies.sort();
+        bookies.dedup();
+        (self.ctx.client.add_budget.cost(len), bookies)
+    }
+
+    /// Takes the budgets at once, or nothing.
+    fn try_admit(&self, cost: u32, bookies: &[String]) -> Option<Admission> {
+        let client = self
+            .ctx
+            .client
+            .add_budget
+            .semaphore
+            .clone()
+            .try_acquire_many_owned(cost)
+            .ok()?;
+        let mut conns = Vec::with_capacity(bookies.len());
+        for b in bookies {
+            let budget = self.ctx.client.conn_budget(b);
+            let permit = budget
+                .semaphore
+                .clone()
+                .try_acquire_many_owned(budget.clamp(cost))
+                .ok()?;
+            conns.push((b.clone(), permit));
+        }
+        Some(Admission { client, conns })
     }
 
     fn add(
@@ -287,15 +359,8 @@ impl WriterShared {
         if let Some(e) = self.too_large(data.len()) {
             return ready(Err(e));
         }
-        // The client's budget of add bytes in flight: taken now when there is
-        // room, else the entry is queued (its id taken, in order) and sent by a
-        // task once earlier adds give their share back.
-        let budget = &self.ctx.client.add_budget;
-        let cost = budget.cost(data.len());
-        let permit = budget.semaphore.clone().try_acquire_many_owned(cost).ok();
-        let held = permit.is_none();
         let (tx, rx) = oneshot::channel();
-        let (entry, sends) = {
+        let (sends, start_release) = {
             let mut st = self.state.lock();
             let entry = match entry {
                 Some(id) => {
@@ -323,27 +388,37 @@ impl WriterShared {
                     id
                 }
             };
+            // Admission: the throttle's next slot and the budgets of bytes in
+            // flight (the client's and its write set's connections'), taken
+            // now when they are free and nothing waits before this entry; else
+            // the entry waits in `held_queue` (its id taken, in order) for the
+            // writer's release task.
+            let admission = if st.held_queue.is_empty() && self.throttle_ready() {
+                let (cost, bookies) = self.admission_needs(&st, entry, data.len());
+                let admission = self.try_admit(cost, &bookies);
+                if admission.is_some() {
+                    self.throttle_take();
+                }
+                admission
+            } else {
+                None
+            };
             st.pushed_length += data.len() as u64;
             let header_length = st.pushed_length;
-            let sends = self.enqueue(&mut st, entry, data, header_length, Some(tx), permit, held);
-            (entry, sends)
+            let sends = self.enqueue(&mut st, entry, data, header_length, Some(tx), admission);
+            let start_release = !st.held_queue.is_empty() && !st.releasing;
+            if start_release {
+                st.releasing = true;
+            }
+            (sends, start_release)
         };
-        if held {
+        self.dispatch(sends);
+        if start_release {
             let this = self.clone();
-            let semaphore = budget.semaphore.clone();
-            self.ctx.client.runtime.spawn(async move {
-                let Ok(permit) = semaphore.acquire_many_owned(cost).await else {
-                    // Closed with the client.
-                    this.fail(
-                        this.ctx
-                            .error(BkErrorKind::ClientClosed, "the client was closed"),
-                    );
-                    return;
-                };
-                this.release_held(entry, permit);
-            });
-        } else {
-            self.dispatch(sends);
+            self.ctx
+                .client
+                .runtime
+                .spawn(async move { this.release_task().await });
         }
         let ctx = self.ctx.clone();
         async move {
@@ -352,6 +427,90 @@ impl WriterShared {
             })
         }
         .boxed()
+    }
+
+    fn throttle_ready(&self) -> bool {
+        self.throttle
+            .as_ref()
+            .is_none_or(|t| t.lock().wait(Instant::now()).is_zero())
+    }
+
+    fn throttle_take(&self) {
+        if let Some(t) = &self.throttle {
+            t.lock().take(Instant::now());
+        }
+    }
+
+    /// Lets the held entries through, in call order, as the throttle and the
+    /// budgets allow; ends when none is left (or the handle failed or closed).
+    async fn release_task(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut st = self.state.lock();
+                loop {
+                    match st.held_queue.front().copied() {
+                        None => {
+                            st.releasing = false;
+                            break None;
+                        }
+                        Some(entry) => match st.pending.get(&entry).and_then(|p| p.held.as_ref()) {
+                            Some(payload) => {
+                                let len = payload.len();
+                                break Some((entry, self.admission_needs(&st, entry, len)));
+                            }
+                            // Failed or closed meanwhile.
+                            None => {
+                                st.held_queue.pop_front();
+                            }
+                        },
+                    }
+                }
+            };
+            let Some((entry, (cost, bookies))) = next else {
+                return;
+            };
+            if let Some(t) = &self.throttle {
+                let wait = t.lock().take(Instant::now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let client = match self
+                .ctx
+                .client
+                .add_budget
+                .semaphore
+                .clone()
+                .acquire_many_owned(cost)
+                .await
+            {
+                Ok(p) => p,
+                Err(_) => {
+                    // Closed with the client.
+                    self.state.lock().releasing = false;
+                    self.fail(
+                        self.ctx
+                            .error(BkErrorKind::ClientClosed, "the client was closed"),
+                    );
+                    return;
+                }
+            };
+            let mut conns = Vec::with_capacity(bookies.len());
+            for b in &bookies {
+                let budget = self.ctx.client.conn_budget(b);
+                let Ok(p) = budget
+                    .semaphore
+                    .clone()
+                    .acquire_many_owned(budget.clamp(cost))
+                    .await
+                else {
+                    self.state.lock().releasing = false;
+                    return;
+                };
+                conns.push((b.clone(), p));
+            }
+            self.release_held(entry, Admission { client, conns });
+        }
     }
 
     /// Re-writes a recovered entry (recovery mode), keeping its length.
@@ -368,15 +527,7 @@ impl WriterShared {
             if let Some(e) = Self::status_error(&st, &self.ctx) {
                 return futures::future::ready(Err(e)).boxed();
             }
-            self.enqueue(
-                &mut st,
-                entry,
-                payload,
-                header_length,
-                Some(tx),
-                None,
-                false,
-            )
+            self.enqueue(&mut st, entry, payload, header_length, Some(tx), None)
         };
         self.dispatch(sends);
         let ctx = self.ctx.clone();
@@ -388,11 +539,14 @@ impl WriterShared {
         .boxed()
     }
 
-    /// Sends an entry that waited for the budget of add bytes in flight (unless
-    /// it was failed, closed or an ensemble change will send it).
-    fn release_held(self: &Arc<Self>, entry: EntryId, permit: OwnedSemaphorePermit) {
+    /// Sends the first held entry, now admitted (unless it was failed, closed
+    /// or an ensemble change will send it).
+    fn release_held(self: &Arc<Self>, entry: EntryId, admission: Admission) {
         let sends = {
             let mut st = self.state.lock();
+            if st.held_queue.front() == Some(&entry) {
+                st.held_queue.pop_front();
+            }
             let (lac, changing) = (st.lac, st.changing);
             let Some(p) = st.pending.get(&entry) else {
                 return;
@@ -403,7 +557,8 @@ impl WriterShared {
             };
             let st = &mut *st;
             let p = st.pending.get_mut(&entry).expect("just seen");
-            p.permit = Some(permit);
+            p.permit = Some(admission.client);
+            p.conn_permits = admission.conns;
             p.held = None;
             p.frame = frame;
             if changing || p.sent {
@@ -414,7 +569,6 @@ impl WriterShared {
         };
         self.dispatch(sends);
     }
-
     fn on_answer(
         self: &Arc<Self>,
         entry: EntryId,
@@ -496,6 +650,7 @@ impl WriterShared {
                 st.status = Status::Failed(error.clone());
             }
             st.changing = false;
+            st.held_queue.clear();
             std::mem::take(&mut st.pending)
                 .into_values()
                 .filter_map(|p| p.waiter)
@@ -520,6 +675,7 @@ impl WriterShared {
                 st.status = Status::Closed;
             }
             st.changing = false;
+            st.held_queue.clear();
             let waiters: Vec<_> = std::mem::take(&mut st.pending)
                 .into_values()
                 .filter_map(|p| p.waiter)
@@ -603,7 +759,7 @@ impl WriterShared {
 pub(super) fn sends_for(
     record: &LedgerRecord,
     entry: EntryId,
-    p: &PendingAdd,
+    p: &mut PendingAdd,
     only: Option<&[usize]>,
 ) -> Vec<Send> {
     let ensemble = &record.last_ensemble().bookies;
@@ -611,11 +767,20 @@ pub(super) fn sends_for(
         .into_iter()
         .filter(|i| p.acked & (1 << i) == 0)
         .filter(|i| only.is_none_or(|o| o.contains(i)))
-        .map(|index| Send {
-            entry,
-            index,
-            bookie: ensemble[index].clone(),
-            frame: p.frame.clone(),
+        .map(|index| {
+            let bookie = ensemble[index].clone();
+            let permit = p
+                .conn_permits
+                .iter()
+                .position(|(b, _)| *b == bookie)
+                .map(|at| p.conn_permits.swap_remove(at).1);
+            Send {
+                entry,
+                index,
+                bookie,
+                frame: p.frame.clone(),
+                permit,
+            }
         })
         .collect()
 }
@@ -738,5 +903,80 @@ impl WriteHandle for LedgerWriter {
         data: Bytes,
     ) -> BoxFuture<'static, bkswitch_bk_client::Result<EntryId>> {
         self.shared.add(Some(entry_id), data)
+    }
+}
+
+/// Java's `throttle` (Guava's `RateLimiter` in `LedgerHandle`): adds per second
+/// of one handle, with up to one second of unused slots saved for a burst.
+pub(super) struct RateLimiter {
+    interval: Duration,
+    /// When the next slot is free.
+    next_free: Instant,
+    /// Slots saved while idle, at most `max_stored`.
+    stored: f64,
+    max_stored: f64,
+}
+
+impl RateLimiter {
+    pub(super) fn new(per_second: u32) -> RateLimiter {
+        RateLimiter {
+            interval: Duration::from_secs(1) / per_second.max(1),
+            next_free: Instant::now(),
+            stored: 0.0,
+            max_stored: f64::from(per_second.max(1)),
+        }
+    }
+
+    fn resync(&mut self, now: Instant) {
+        if now > self.next_free {
+            let idle = (now - self.next_free).as_secs_f64() / self.interval.as_secs_f64();
+            self.stored = (self.stored + idle).min(self.max_stored);
+            self.next_free = now;
+        }
+    }
+
+    /// How long an add asked for `now` would wait.
+    pub(super) fn wait(&mut self, now: Instant) -> Duration {
+        self.resync(now);
+        if self.stored >= 1.0 {
+            Duration::ZERO
+        } else {
+            self.next_free.saturating_duration_since(now)
+        }
+    }
+
+    /// Takes the next slot: how long to wait for it.
+    pub(super) fn take(&mut self, now: Instant) -> Duration {
+        self.resync(now);
+        let wait = self.next_free.saturating_duration_since(now);
+        if self.stored >= 1.0 {
+            self.stored -= 1.0;
+        } else {
+            self.next_free += self.interval;
+        }
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_limiter_spaces_slots_and_saves_at_most_a_second() {
+        let mut r = RateLimiter::new(10);
+        let t0 = r.next_free;
+        // Fresh: the first slot is free, the next ones 100 ms apart.
+        assert_eq!(r.take(t0), Duration::ZERO);
+        assert_eq!(r.take(t0), Duration::from_millis(100));
+        assert_eq!(r.take(t0), Duration::from_millis(200));
+        assert!(!r.wait(t0).is_zero());
+        // Ten idle seconds save one second (10 slots), not ten.
+        let later = t0 + Duration::from_secs(10);
+        for _ in 0..10 {
+            assert_eq!(r.take(later), Duration::ZERO);
+        }
+        assert_eq!(r.take(later), Duration::ZERO);
+        assert_eq!(r.take(later), Duration::from_millis(100));
     }
 }

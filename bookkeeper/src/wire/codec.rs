@@ -20,68 +20,72 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::digest::{DigestManager, HEADER_LEN, MASTER_KEY_LEN};
 
 /// Protocol version written in every request header.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub(crate) const PROTOCOL_VERSION: u8 = 2;
 /// ADD opcode.
-pub const OP_ADD: u8 = 1;
+pub(crate) const OP_ADD: u8 = 1;
 /// READ opcode.
-pub const OP_READ: u8 = 2;
+pub(crate) const OP_READ: u8 = 2;
 
 /// READ flag: fence the ledger (carries the master key).
-pub const FLAG_DO_FENCING: u16 = 0x1;
+pub(crate) const FLAG_DO_FENCING: u16 = 0x1;
 /// ADD flag: recovery add, allowed on a fenced ledger.
-pub const FLAG_RECOVERY_ADD: u16 = 0x2;
+pub(crate) const FLAG_RECOVERY_ADD: u16 = 0x2;
 /// Flag: high priority (recovery reads and adds).
-pub const FLAG_HIGH_PRIORITY: u16 = 0x4;
+pub(crate) const FLAG_HIGH_PRIORITY: u16 = 0x4;
 
 /// The largest frame a bookie accepts by default (`nettyMaxFrameSizeBytes`,
 /// 5 MiB). Larger entries are refused before they are sent.
-pub const MAX_FRAME_LEN: usize = 5 * 1024 * 1024;
+pub(crate) const MAX_FRAME_LEN: usize = 5 * 1024 * 1024;
 
 /// Length of the fixed part of every response body.
-pub const RESPONSE_FIXED_LEN: usize = 24;
+pub(crate) const RESPONSE_FIXED_LEN: usize = 24;
 
 /// Status codes of version-2 responses (`BookieProtocol`).
-pub mod rc {
+#[allow(
+    dead_code,
+    reason = "the whole table of BookKeeper's codes, some only named in docs"
+)]
+pub(crate) mod rc {
     /// Success.
-    pub const EOK: i32 = 0;
+    pub(crate) const EOK: i32 = 0;
     /// The bookie does not know the ledger.
-    pub const ENOLEDGER: i32 = 1;
+    pub(crate) const ENOLEDGER: i32 = 1;
     /// The bookie does not have the entry.
-    pub const ENOENTRY: i32 = 2;
+    pub(crate) const ENOENTRY: i32 = 2;
     /// Malformed or unsupported request.
-    pub const EBADREQ: i32 = 100;
+    pub(crate) const EBADREQ: i32 = 100;
     /// I/O error on the bookie.
-    pub const EIO: i32 = 101;
+    pub(crate) const EIO: i32 = 101;
     /// Wrong master key.
-    pub const EUA: i32 = 102;
+    pub(crate) const EUA: i32 = 102;
     /// Unsupported protocol version.
-    pub const EBADVERSION: i32 = 103;
+    pub(crate) const EBADVERSION: i32 = 103;
     /// The ledger is fenced.
-    pub const EFENCED: i32 = 104;
+    pub(crate) const EFENCED: i32 = 104;
     /// The bookie is read-only.
-    pub const EREADONLY: i32 = 105;
+    pub(crate) const EREADONLY: i32 = 105;
     /// The bookie is overloaded.
-    pub const ETOOMANYREQUESTS: i32 = 106;
+    pub(crate) const ETOOMANYREQUESTS: i32 = 106;
     /// The bookie cannot tell whether it has the entry.
-    pub const EUNKNOWNLEDGERSTATE: i32 = 107;
+    pub(crate) const EUNKNOWNLEDGERSTATE: i32 = 107;
 }
 
 /// The header word of a request.
-pub fn header_word(op: u8, flags: u16) -> u32 {
+pub(crate) fn header_word(op: u8, flags: u16) -> u32 {
     (u32::from(PROTOCOL_VERSION) << 24) | (u32::from(op) << 16) | u32::from(flags)
 }
 
 /// The fields of an entry header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryHeader {
+pub(crate) struct EntryHeader {
     /// Ledger id.
-    pub ledger_id: i64,
+    pub(crate) ledger_id: i64,
     /// Entry id.
-    pub entry_id: i64,
+    pub(crate) entry_id: i64,
     /// The writer's last add confirmed when it sent the entry.
-    pub last_add_confirmed: i64,
+    pub(crate) last_add_confirmed: i64,
     /// Ledger length in payload bytes including this entry.
-    pub length: i64,
+    pub(crate) length: i64,
 }
 
 impl EntryHeader {
@@ -97,7 +101,7 @@ impl EntryHeader {
 
 /// Encodes a whole ADD frame (length prefix included): the bytes are the same
 /// for every bookie of the write set, so they are built once and shared.
-pub fn encode_add(
+pub(crate) fn encode_add(
     master_key: &[u8; MASTER_KEY_LEN],
     digest: &DigestManager,
     header: EntryHeader,
@@ -120,13 +124,13 @@ pub fn encode_add(
 
 /// The frame length an ADD of `payload_len` bytes takes with `digest_len` digest
 /// bytes (to refuse entries above [`MAX_FRAME_LEN`] up front).
-pub fn add_frame_len(digest_len: usize, payload_len: usize) -> usize {
+pub(crate) fn add_frame_len(digest_len: usize, payload_len: usize) -> usize {
     4 + MASTER_KEY_LEN + HEADER_LEN + digest_len + payload_len
 }
 
 /// Encodes a whole READ frame. `master_key` must be given with
 /// [`FLAG_DO_FENCING`] and is ignored otherwise.
-pub fn encode_read(
+pub(crate) fn encode_read(
     ledger_id: i64,
     entry_id: i64,
     flags: u16,
@@ -151,23 +155,23 @@ pub fn encode_read(
 
 /// A decoded response.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     /// The opcode answered.
-    pub op: u8,
+    pub(crate) op: u8,
     /// The status code ([`rc`]).
-    pub rc: i32,
+    pub(crate) rc: i32,
     /// The ledger id of the request.
-    pub ledger_id: i64,
+    pub(crate) ledger_id: i64,
     /// The entry id of the request (`-1` for a last-add-confirmed read).
-    pub entry_id: i64,
+    pub(crate) entry_id: i64,
     /// The stored entry of a successful READ (header, digest, payload); empty
     /// otherwise.
-    pub body: Bytes,
+    pub(crate) body: Bytes,
 }
 
 /// Why a frame could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// The frame is shorter than the fixed part of a response.
     #[error("response frame of {0} bytes is shorter than the 24-byte fixed part")]
     Short(usize),
@@ -183,7 +187,7 @@ pub enum DecodeError {
 ///
 /// # Errors
 /// [`DecodeError`] for a frame that is not a version-2 ADD or READ response.
-pub fn decode_response(mut frame: Bytes) -> Result<Response, DecodeError> {
+pub(crate) fn decode_response(mut frame: Bytes) -> Result<Response, DecodeError> {
     if frame.len() < RESPONSE_FIXED_LEN {
         return Err(DecodeError::Short(frame.len()));
     }
@@ -209,7 +213,7 @@ pub fn decode_response(mut frame: Bytes) -> Result<Response, DecodeError> {
 /// # Errors
 /// [`DecodeError::TooLarge`] when a frame announces more than
 /// [`MAX_FRAME_LEN`] bytes: the connection cannot be trusted any more.
-pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
+pub(crate) fn split_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -227,16 +231,16 @@ pub fn split_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, DecodeError> {
 
 /// A stored entry, checked against its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifiedEntry {
+pub(crate) struct VerifiedEntry {
     /// The entry header.
-    pub header: EntryHeader,
+    pub(crate) header: EntryHeader,
     /// The payload (shares the frame's memory).
-    pub payload: Bytes,
+    pub(crate) payload: Bytes,
 }
 
 /// Why a stored entry was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EntryError {
+pub(crate) enum EntryError {
     /// Shorter than the header and the digest.
     #[error("entry of {len} bytes is shorter than its {need}-byte header and digest")]
     Short {
@@ -272,7 +276,7 @@ pub enum EntryError {
 ///
 /// # Errors
 /// [`EntryError`] naming what does not match.
-pub fn verify_entry(
+pub(crate) fn verify_entry(
     digest: &DigestManager,
     expected_ledger: i64,
     expected_entry: Option<i64>,

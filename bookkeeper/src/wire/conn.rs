@@ -32,8 +32,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, Notify};
@@ -114,8 +113,9 @@ struct Waiter {
 struct PendingMap {
     by_key: HashMap<Key, VecDeque<Waiter>>,
     closed: bool,
-    /// Bytes the writer task still has to write.
-    out: BytesMut,
+    /// Frames the writer task still has to write (shared with the caller, not
+    /// copied: a frame sent to several bookies is one buffer).
+    out: Vec<Bytes>,
     /// Frames in `out` (counted for the statistics of writes).
     queued_frames: u64,
     /// Whether the writer task has been woken and not yet found `out` empty.
@@ -126,7 +126,6 @@ struct PendingMap {
 /// writer task's wake-up.
 struct Live {
     id: u64,
-    write: OwnedWriteHalf,
     wake_writer: Arc<Notify>,
     stats: Arc<WireStats>,
     pending: Mutex<PendingMap>,
@@ -146,7 +145,12 @@ pub(crate) struct ConnSettings {
     pub(crate) sweep_interval: Duration,
     /// Where the connections count what they write.
     pub(crate) stats: Arc<WireStats>,
+    /// TLS (started with `START_TLS` on every new connection), when set.
+    pub(crate) tls: Option<super::tls::Tls>,
 }
+
+type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
+type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// What a client's bookie connections have written, counted since it started:
 /// requests (frames), write system calls and bytes. Frames per write tells how
@@ -271,7 +275,17 @@ impl BookieConn {
                 .await
                 .map_err(|e| format!("connect to {addr}: {e}"))?;
             let _ = stream.set_nodelay(true);
-            Ok::<_, String>((addr, stream))
+            let halves: (BoxRead, BoxWrite) = match &self.settings.tls {
+                None => {
+                    let (read, write) = stream.into_split();
+                    (Box::new(read), Box::new(write))
+                }
+                Some(tls) => {
+                    let (read, write) = tokio::io::split(tls.start(stream, addr).await?);
+                    (Box::new(read), Box::new(write))
+                }
+            };
+            Ok::<_, String>((addr, halves))
         })
         .await
         .unwrap_or_else(|_| {
@@ -281,13 +295,11 @@ impl BookieConn {
             ))
         });
         match result {
-            Ok((addr, stream)) => {
-                debug!(bookie = %self.bookie, %addr, "connected to bookie");
-                let (read, write) = stream.into_split();
+            Ok((addr, (read, write))) => {
+                debug!(bookie = %self.bookie, %addr, tls = self.settings.tls.is_some(), "connected to bookie");
                 let wake_writer = Arc::new(Notify::new());
                 let live = Arc::new(Live {
                     id: self.next_id.fetch_add(1, Ordering::Relaxed),
-                    write,
                     wake_writer: wake_writer.clone(),
                     stats: self.settings.stats.clone(),
                     pending: Mutex::new(PendingMap::default()),
@@ -297,6 +309,7 @@ impl BookieConn {
                     Arc::downgrade(&live),
                     wake_writer,
                     self.bookie.clone(),
+                    write,
                 ));
                 let reader_task =
                     self.runtime
@@ -414,7 +427,7 @@ impl Live {
         // idle writer is woken at once, and requests queued while it writes go
         // out together in its next write (as Netty's channel does for the Java
         // client), so that a bookie reads many requests per wake-up.
-        pending.out.extend_from_slice(&frame);
+        pending.out.push(frame);
         pending.queued_frames += 1;
         if !pending.flushing {
             pending.flushing = true;
@@ -493,12 +506,12 @@ impl Live {
 /// Writes the frames queued on a connection: everything queued by the time it
 /// runs goes out in one write, and what queues while that write is under way
 /// goes out in the next.
-async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
+async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String, mut write: BoxWrite) {
     loop {
         wake.notified().await;
         loop {
             let Some(l) = live.upgrade() else { return };
-            let (chunk, frames) = {
+            let (chunks, frames) = {
                 let mut p = l.pending.lock();
                 if p.closed {
                     return;
@@ -508,29 +521,44 @@ async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
                     break;
                 }
                 let frames = std::mem::take(&mut p.queued_frames);
-                (p.out.split().freeze(), frames)
+                (std::mem::take(&mut p.out), frames)
             };
+            let total: usize = chunks.iter().map(Bytes::len).sum();
             l.stats.frames.fetch_add(frames, Ordering::Relaxed);
-            l.stats
-                .bytes
-                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-            let mut written = 0;
-            while written < chunk.len() {
-                // Try at once (the socket is writable nearly always); wait for
-                // readiness only when it is full.
-                let result = match l.write.try_write(&chunk[written..]) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        match l.write.writable().await {
-                            Ok(()) => continue,
-                            Err(e) => Err(e),
-                        }
-                    }
-                    other => other,
-                };
+            l.stats.bytes.fetch_add(total as u64, Ordering::Relaxed);
+            // Gathered writes of the frames as they are (no copy), at most
+            // `MAX_SLICES` per system call.
+            let mut at = 0; // first frame not fully written
+            let mut offset = 0; // bytes of it already written
+            while at < chunks.len() {
+                let slices: Vec<std::io::IoSlice<'_>> = chunks[at..]
+                    .iter()
+                    .take(MAX_SLICES)
+                    .enumerate()
+                    .map(|(i, c)| std::io::IoSlice::new(if i == 0 { &c[offset..] } else { c }))
+                    .collect();
+                // A plain socket is written at once when it can take the
+                // bytes (nearly always) and waited for only when it is full.
+                let result = write.write_vectored(&slices).await;
+                drop(slices);
                 match result {
-                    Ok(n) => {
+                    Ok(0) => {
+                        l.fail_all(&bookie, "write failed: the connection takes no more bytes");
+                        return;
+                    }
+                    Ok(mut n) => {
                         l.stats.writes.fetch_add(1, Ordering::Relaxed);
-                        written += n;
+                        while n > 0 && at < chunks.len() {
+                            let left = chunks[at].len() - offset;
+                            if n >= left {
+                                n -= left;
+                                at += 1;
+                                offset = 0;
+                            } else {
+                                offset += n;
+                                n = 0;
+                            }
+                        }
                     }
                     Err(e) => {
                         debug!(%bookie, error = %e, "write to bookie failed");
@@ -539,11 +567,20 @@ async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String) {
                     }
                 }
             }
+            // TLS keeps records it could not write yet: push them out.
+            if let Err(e) = write.flush().await {
+                debug!(%bookie, error = %e, "write to bookie failed");
+                l.fail_all(&bookie, &format!("write failed: {e}"));
+                return;
+            }
         }
     }
 }
 
-async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: tokio::net::tcp::OwnedReadHalf) {
+/// Frames written per system call at most (below every system's `IOV_MAX`).
+const MAX_SLICES: usize = 256;
+
+async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: BoxRead) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let reason = 'read: loop {
         loop {
@@ -645,6 +682,7 @@ mod tests {
                 connect_timeout: timeout,
                 sweep_interval: Duration::from_millis(10),
                 stats,
+                tls: None,
             },
             resolver,
             Handle::current(),
