@@ -2,9 +2,14 @@
 #![deny(missing_docs)]
 // The README (the crate's documentation) links the ZooKeeper items, which exist
 // only with the `zk` feature.
-#![cfg_attr(not(feature = "zk"), allow(rustdoc::broken_intra_doc_links))]
+#![cfg_attr(
+    not(all(feature = "zk", feature = "etcd")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod memory;
 mod path;
 mod store;
@@ -14,6 +19,8 @@ mod types;
 mod zk;
 
 pub use error::{ErrorKind, MetadataError, Operation, Result};
+#[cfg(feature = "etcd")]
+pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions};
 pub use memory::MemoryStore;
 pub use path::{validate_path, PathUse, MAX_VALUE_LEN, RESERVED_ROOT};
 pub use store::{MetadataStore, MetadataStoreExt, Update};
