@@ -1114,6 +1114,10 @@ async fn keep_alive(inner: Weak<Inner>, first_lease: i64) {
             }
         }
         .await;
+        let answer = match answer {
+            Err(e) if e.contains("lease not found") => Ok(0),
+            other => other,
+        };
         match answer {
             Ok(ttl_left) if ttl_left > 0 => {
                 if !store.connected.swap(true, Ordering::AcqRel) {
