@@ -3,7 +3,8 @@
 //! Layout (see `docs/FORMATS.md`, "Metadata on etcd"): every node is the etcd
 //! key of its path (under the URL's prefix), its value the node's bytes, as
 //! Pulsar's `EtcdMetadataStore` stores them; the node's version is etcd's key
-//! version − 1 (plus an imported offset, see [`EtcdStore::import_version`]).
+//! version − 1 (plus an imported offset, see
+//! [`MetadataStore::import_version`]).
 //! What etcd does not keep for a key lives in *side keys* outside the `/` key
 //! space (`~bkswitch` + path + NUL + kind), so that Pulsar's prefix listings and
 //! watches never see them:
@@ -45,7 +46,10 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, info, warn};
 
 use crate::error::{MetadataError, Operation, Result};
-use crate::memory::{check_create_args, check_delete_args, check_put_args, ephemeral_parent_error};
+use crate::memory::{
+    check_create_args, check_delete_args, check_import_version, check_put_args,
+    ephemeral_parent_error,
+};
 use crate::path::{check_value, name, parent, validate_path, PathUse};
 use crate::store::MetadataStore;
 use crate::types::{
@@ -282,43 +286,6 @@ impl EtcdStore {
     /// How many leases the store has taken: 1, plus one per lost lease.
     pub fn session_generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)
-    }
-
-    /// Creates a node with `value` and the given `version`, as a copy of a
-    /// record read elsewhere (a migration): a holder of that version can then
-    /// write it conditionally here. Missing parents are created.
-    ///
-    /// etcd numbers versions itself, so the store keeps the difference in a
-    /// side key (`o`) and adds it when reading; a conditional write of an
-    /// imported node costs one more round trip than of a plain one. Pulsar's
-    /// store, which knows no offset, reads such a node's version as if it had
-    /// just been created.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when the
-    /// node exists (nothing is written);
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a
-    /// negative version; and every error of
-    /// [`create`](MetadataStore::create).
-    pub async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
-        let op = Operation::Put;
-        if version < 0 {
-            return Err(MetadataError::InvalidArgument {
-                op,
-                path: path.to_owned(),
-                reason: format!("cannot import the negative version {version}"),
-            });
-        }
-        check_put_args(path, value, ExpectedVersion::NotExists)?;
-        self.inner
-            .run(op, path, async {
-                self.inner
-                    .create_node(op, path, value, CreateMode::PERSISTENT, version)
-                    .await
-                    .map(|(_, stat)| stat)
-            })
-            .await
     }
 }
 
@@ -1066,6 +1033,30 @@ impl MetadataStore for EtcdStore {
                 ),
             )),
         }
+    }
+
+    fn can_import_versions(&self) -> bool {
+        true
+    }
+
+    /// etcd numbers versions itself, so the store keeps the difference in a
+    /// side key (`o`) and adds it when reading; a conditional write of an
+    /// imported node costs one more round trip than of a plain one. Pulsar's
+    /// store, which knows no offset, reads such a node's version as if it had
+    /// just been created.
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        let op = Operation::Put;
+        check_put_args(path, value, ExpectedVersion::NotExists)?;
+        check_import_version(path, version)?;
+        let inner = &self.inner;
+        inner
+            .run(op, path, async {
+                inner
+                    .create_node(op, path, value, CreateMode::PERSISTENT, version)
+                    .await
+                    .map(|(_, stat)| stat)
+            })
+            .await
     }
 }
 
