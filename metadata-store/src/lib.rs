@@ -11,6 +11,7 @@ mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod memory;
+mod open;
 mod path;
 mod store;
 pub mod testkit;
@@ -22,6 +23,7 @@ pub use error::{ErrorKind, MetadataError, Operation, Result};
 #[cfg(feature = "etcd")]
 pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions};
 pub use memory::MemoryStore;
+pub use open::{check_store_url, open_store, StoreTimeouts, STORE_URL_FORMS};
 pub use path::{validate_path, PathUse, MAX_VALUE_LEN, RESERVED_ROOT};
 pub use store::{MetadataStore, MetadataStoreExt, Update};
 pub use types::{
