@@ -459,3 +459,73 @@ async fn bad_urls_and_options_are_rejected_before_connecting() {
     .expect_err("nobody there");
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_resumes_from_its_revision_with_every_change_in_order() {
+    let cluster = EtcdCluster::start(3);
+    let prefix = "/resume";
+    let watcher = EtcdStore::connect(
+        &format!("etcd://{}{prefix}", cluster.endpoint(0)),
+        options(10),
+    )
+    .await
+    .expect("connect");
+    let writer_url = format!(
+        "etcd://{},{}{prefix}",
+        cluster.endpoint(1),
+        cluster.endpoint(2)
+    );
+    let writer = EtcdStore::connect(&writer_url, options(10))
+        .await
+        .expect("connect");
+    let mut w = watcher.watch("/p").await.expect("watch");
+    cluster.kill(0);
+    // While the watcher's member is down: created, 3 writes, 2 children.
+    let mut attempts = 0;
+    while let Err(e) = writer.put("/p", b"0", ExpectedVersion::NotExists).await {
+        assert!(e.is_retryable() && attempts < 50, "create: {e}");
+        attempts += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 1..=3 {
+        writer
+            .put(
+                "/p",
+                format!("{i}").as_bytes(),
+                ExpectedVersion::Exactly(i - 1),
+            )
+            .await
+            .expect("write");
+    }
+    writer
+        .put("/p/a", b"", ExpectedVersion::Any)
+        .await
+        .expect("child");
+    writer
+        .delete("/p/a", ExpectedVersion::Any)
+        .await
+        .expect("child gone");
+    cluster.start_again(0);
+    let mut nodes = Vec::new();
+    while nodes.len() < 6 {
+        match next(&mut w, Duration::from_secs(60)).await {
+            Notification::Session(_) => {}
+            n => nodes.push(n),
+        }
+    }
+    let p = "/p".to_owned();
+    assert_eq!(
+        nodes,
+        [
+            Notification::Created { path: p.clone() },
+            Notification::Modified { path: p.clone() },
+            Notification::Modified { path: p.clone() },
+            Notification::Modified { path: p.clone() },
+            Notification::ChildrenChanged { path: p.clone() },
+            Notification::ChildrenChanged { path: p },
+        ],
+        "every change made while the member was down, in order"
+    );
+    watcher.close().await.expect("close");
+    writer.close().await.expect("close");
+}
