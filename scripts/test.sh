@@ -8,6 +8,8 @@
 #   1. installs Debian's `zookeeper` package (and its Java runtime) when missing —
 #      the tests start their own ZooKeeper servers on free 127.0.0.1 ports;
 #      and Debian's `prometheus` (server and promtool; the metrics tests use both);
+#      and Debian's `etcd-server` and `protobuf-compiler` (the etcd store's
+#      tests start real etcd servers; its client compiles etcd's protobufs);
 #   2. installs Maven and a JDK when missing and fetches the BookKeeper jars
 #      (scripts/fetch-java-deps.sh; cached outside the checkout) — the tests
 #      start real bookies and a Java BookKeeper client;
@@ -45,6 +47,15 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 fi
 command -v promtool >/dev/null 2>&1 || { echo "promtool missing after install" >&2; exit 1; }
+# etcd: the etcd metadata-store tests start Debian's etcd server on free
+# 127.0.0.1 ports; the etcd client crate compiles etcd's protobuf definitions
+# with protoc at build time.
+if ! command -v etcd >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server protobuf-compiler >/dev/null
+fi
+command -v etcd >/dev/null 2>&1 || { echo "etcd missing after install" >&2; exit 1; }
+command -v protoc >/dev/null 2>&1 || { echo "protoc missing after install" >&2; exit 1; }
 
 step "BookKeeper jars"
 if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
@@ -128,8 +139,8 @@ cargo check --quiet -p bkswitch-proto -p bkswitch-metadata-store \
   -p bkswitch-registry -p bkswitch-bk-router --all-targets
 purity_banned() {
   case "$1" in
-    bkswitch-registry | bkswitch-bk-router) echo zookeeper-async ;;
-    *) echo zookeeper-async zstd ;;
+    bkswitch-registry | bkswitch-bk-router) echo zookeeper-async etcd-client ;;
+    *) echo zookeeper-async etcd-client zstd ;;
   esac
 }
 for crate in bkswitch-mledger-spi bkswitch-schema-spi bkswitch-bk-client \

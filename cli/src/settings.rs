@@ -16,7 +16,7 @@
 //! | `migrationConcurrency` | `16` | ledgers copied or promoted at once |
 //! | `rollbackWindowHours` | `24` | how long a switch can be rolled back (no cleanup inside it) |
 //! | `oldLedgerReadTimeoutMs` | `5000` | bound on operations on a non-active cluster |
-//! | `metadataStoreUrl` | `memory` | `memory` or `zk://host:port[,host:port…][/chroot]` |
+//! | `metadataStoreUrl` | `memory` | `memory`, `zk://host:port[,host:port…][/chroot]` or `etcd://host:port[,host:port…][/prefix]` |
 //! | `metadataStoreSessionTimeoutMillis` | `30000` | the ZooKeeper session timeout |
 //! | `bkswitchNodeId` | `node-1` | this node's id, unique among live nodes |
 //! | `bkswitchListenAddress` | `127.0.0.1:8080` | REST API and `/metrics` address |
@@ -79,7 +79,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     (
         "metadataStoreUrl",
         "memory",
-        "`memory` or `zk://host:port[,host:port…][/chroot]`",
+        "`memory`, `zk://host:port[,host:port…][/chroot]` or `etcd://host:port[,host:port…][/prefix]`",
     ),
     (
         "metadataStoreSessionTimeoutMillis",
@@ -279,8 +279,8 @@ impl ServeSettings {
                     };
                 }
                 "metadataStoreUrl" => {
-                    if value != "memory" && !value.starts_with("zk://") {
-                        return Err(bad("`memory` or zk://host:port[,host:port…][/chroot]"));
+                    if bkswitch_metadata_store::check_store_url(&value).is_err() {
+                        return Err(bad(bkswitch_metadata_store::STORE_URL_FORMS));
                     }
                     next.metadata_store = value.clone();
                 }
@@ -417,7 +417,26 @@ bkswitchForcedRolloverRate=0
                 "oldLedgerReadTimeoutMs",
                 "milliseconds",
             ),
-            ("metadataStoreUrl=etcd://x", "metadataStoreUrl", "zk://"),
+            (
+                "metadataStoreUrl=etcd://x",
+                "metadataStoreUrl",
+                "etcd://host:port",
+            ),
+            (
+                "metadataStoreUrl=etcd://x:1/",
+                "metadataStoreUrl",
+                "etcd://host:port",
+            ),
+            (
+                "metadataStoreUrl=zk://x",
+                "metadataStoreUrl",
+                "zk://host:port",
+            ),
+            (
+                "metadataStoreUrl=consul://x:1",
+                "metadataStoreUrl",
+                "memory",
+            ),
             (
                 "metadataStoreSessionTimeoutMillis=100",
                 "metadataStoreSessionTimeoutMillis",
@@ -472,5 +491,19 @@ bkswitchForcedRolloverRate=0
             .collect();
         assert!(from_table.apply_file("table", &text).unwrap().is_empty());
         assert_eq!(from_table, d);
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_metadata_store_url_is_accepted() {
+        let mut s = ServeSettings::default();
+        let warnings = s
+            .apply_file(
+                "broker.conf",
+                "metadataStoreUrl=etcd://e1:2379,e2:2379/pulsar\n",
+            )
+            .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(s.metadata_store, "etcd://e1:2379,e2:2379/pulsar");
     }
 }

@@ -154,6 +154,14 @@ impl MetadataStore for RecordingStore {
     async fn close(&self) -> StoreResult<()> {
         self.inner.close().await
     }
+
+    fn can_import_versions(&self) -> bool {
+        self.inner.can_import_versions()
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> StoreResult<Stat> {
+        self.inner.import_version(path, value, version).await
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -1,14 +1,18 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
-// The README (the crate's documentation) links the ZooKeeper items and the test
-// kit, which exist only with the `zk` and `testkit` features.
+// The README (the crate's documentation) links the ZooKeeper and etcd items
+// and the test kit, which exist only with the `zk`, `etcd` and `testkit`
+// features.
 #![cfg_attr(
-    not(all(feature = "zk", feature = "testkit")),
+    not(all(feature = "zk", feature = "etcd", feature = "testkit")),
     allow(rustdoc::broken_intra_doc_links)
 )]
 
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod memory;
+mod open;
 mod path;
 mod store;
 #[cfg(any(test, feature = "testkit"))]
@@ -18,7 +22,10 @@ mod types;
 mod zk;
 
 pub use error::{ErrorKind, MetadataError, Operation, Result};
+#[cfg(feature = "etcd")]
+pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions};
 pub use memory::MemoryStore;
+pub use open::{check_store_url, open_store, StoreTimeouts, STORE_URL_FORMS};
 pub use path::{validate_path, PathUse, MAX_VALUE_LEN, RESERVED_ROOT};
 pub use store::{MetadataStore, MetadataStoreExt, Update};
 pub use types::{

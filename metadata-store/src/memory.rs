@@ -286,6 +286,18 @@ pub(crate) fn check_create_args(path: &str, value: &[u8], mode: CreateMode) -> R
     check_value(Operation::Create, path, value)
 }
 
+/// Rejects a negative imported version.
+pub(crate) fn check_import_version(path: &str, version: i64) -> Result<()> {
+    if version < 0 {
+        return Err(MetadataError::InvalidArgument {
+            op: Operation::Put,
+            path: path.to_owned(),
+            reason: format!("cannot import the negative version {version}; versions start at 0"),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn ephemeral_parent_error(op: Operation, path: &str, parent: &str) -> MetadataError {
     MetadataError::InvalidArgument {
         op,
@@ -593,6 +605,36 @@ impl MetadataStore for MemoryStore {
         state.remove_ephemerals(handle.session.load(Ordering::Relaxed));
         state.remove_handle_watchers(handle.id);
         Ok(())
+    }
+
+    fn can_import_versions(&self) -> bool {
+        true
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        let op = Operation::Put;
+        check_put_args(path, value, ExpectedVersion::NotExists)?;
+        check_import_version(path, version)?;
+        self.check_open(op, path)?;
+        let mut state = self.handle.shared.state.lock();
+        if state.nodes.contains_key(path) {
+            return Err(MetadataError::AlreadyExists {
+                op,
+                path: path.to_owned(),
+            });
+        }
+        state.ensure_parents(op, path)?;
+        state.create_node(op, path.to_owned(), value.to_vec(), 0)?;
+        let node = state
+            .nodes
+            .get_mut(path)
+            .ok_or_else(|| MetadataError::Internal {
+                op,
+                path: path.to_owned(),
+                reason: "the imported node vanished".to_owned(),
+            })?;
+        node.version = version;
+        Ok(node.stat())
     }
 }
 

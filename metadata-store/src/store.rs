@@ -145,6 +145,43 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// store is closed locally anyway and the backend ends the session when it
     /// times out.
     async fn close(&self) -> Result<()>;
+
+    /// Whether [`import_version`](Self::import_version) is offered: `true` for
+    /// [`MemoryStore`](crate::MemoryStore) and the etcd store, `false` for the
+    /// ZooKeeper store (ZooKeeper numbers versions itself and keeps no offset).
+    ///
+    /// The default is `false`, so a wrapper that does not forward the
+    /// capability refuses imports instead of bypassing itself.
+    fn can_import_versions(&self) -> bool {
+        false
+    }
+
+    /// Creates a node with `value` and exactly `version`, as a copy of a record
+    /// read from another store (a migration): a client holding that version
+    /// can then write the node conditionally here. Missing parents are created
+    /// (persistent, empty). What it costs each backend is described in
+    /// `docs/FORMATS.md` ("Version import").
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] when the store cannot import versions
+    /// ([`can_import_versions`](Self::can_import_versions) is `false`; nothing
+    /// is written) or `version` is negative; [`ErrorKind::AlreadyExists`] when
+    /// the node exists; and every error of [`create`](Self::create).
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        let _ = value;
+        validate_path(Operation::Put, path, PathUse::Write)?;
+        Err(MetadataError::InvalidArgument {
+            op: Operation::Put,
+            path: path.to_owned(),
+            reason: format!(
+                "this metadata store ({self:?}) cannot import versions (it numbers them \
+                 itself); copy the record with put and let its readers re-read it, or \
+                 migrate to a store that can (memory, etcd). Version {version} was not \
+                 imported"
+            ),
+        })
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]
@@ -180,6 +217,14 @@ impl<T: MetadataStore + ?Sized> MetadataStore for Arc<T> {
 
     async fn close(&self) -> Result<()> {
         (**self).close().await
+    }
+
+    fn can_import_versions(&self) -> bool {
+        (**self).can_import_versions()
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        (**self).import_version(path, value, version).await
     }
 }
 

@@ -77,6 +77,14 @@ impl MetadataStore for Buggy {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn can_import_versions(&self) -> bool {
+        self.inner.can_import_versions()
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        self.inner.import_version(path, value, version).await
+    }
 }
 
 struct BuggyEnv(Bug);

@@ -13,7 +13,7 @@ use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
 use bkswitch_cli::settings::ServeSettings;
 use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
-use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
 use clap::{Args, Parser, Subcommand};
 
 /// Switch a broker's BookKeeper cluster at runtime (PIP-477).
@@ -396,29 +396,23 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let store: Arc<dyn MetadataStore> = if s.metadata_store == "memory" {
-        Arc::new(MemoryStore::new())
-    } else if s.metadata_store.starts_with("zk://") {
-        let options = ZkStoreOptions {
-            session_timeout: s.session_timeout,
-            ..ZkStoreOptions::default()
-        };
-        match ZkStore::connect(&s.metadata_store, options).await {
-            Ok(st) => Arc::new(st),
-            Err(e) => {
-                eprintln!(
-                    "bookie-switch {command}: cannot connect to {}: {e}",
-                    s.metadata_store
-                );
-                return ExitCode::FAILURE;
-            }
+    let timeouts = StoreTimeouts {
+        session: s.session_timeout,
+        ..StoreTimeouts::default()
+    };
+    let store: Arc<dyn MetadataStore> = match open_store(&s.metadata_store, timeouts).await {
+        Ok(st) => st,
+        Err(e) if e.kind() == ErrorKind::InvalidArgument => {
+            eprintln!("bookie-switch {command}: metadataStoreUrl: {e}");
+            return ExitCode::from(2);
         }
-    } else {
-        eprintln!(
-            "bookie-switch {command}: --metadata-store must be 'memory' or 'zk://host:port[/chroot]', got '{}'",
-            s.metadata_store
-        );
-        return ExitCode::from(2);
+        Err(e) => {
+            eprintln!(
+                "bookie-switch {command}: cannot connect to {}: {e}",
+                s.metadata_store
+            );
+            return ExitCode::FAILURE;
+        }
     };
     // The i-th in-memory cluster hands out ledger ids from i × 10^9: a real
     // new cluster's id generator is advanced by the operator before a switch

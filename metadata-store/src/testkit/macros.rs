@@ -41,6 +41,7 @@ macro_rules! metadata_store_conformance_tests {
             closed_store_fails_and_ends_streams,
             extension_helpers,
             root_node,
+            version_import_when_offered,
         }
     };
 }

@@ -30,6 +30,7 @@
 //! |---|---|
 //! | `env.rs` | [`MetadataStoreTestEnv`], [`TestNamespace`] and the ready [`MemoryTestEnv`] and [`ViaArc`] |
 //! | `zk_env.rs` | `ZkTestEnv`, sessions on a running ZooKeeper (the `zk` feature) |
+//! | `etcd_env.rs` | `EtcdTestEnv`, sessions on a running etcd (the `etcd` feature) |
 //! | `suite.rs` | [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
 //! | `recording.rs` | [`RecordingStore`]: records every write and injects failures (ambiguous ones too), for tests of code above the store |
 //! | `macros.rs` | [`metadata_store_conformance_tests!`](crate::metadata_store_conformance_tests) |
@@ -40,6 +41,8 @@
 //! [`ConformanceFailure`], [`ConformanceReport`], [`block_on`]).
 
 mod env;
+#[cfg(feature = "etcd")]
+mod etcd_env;
 mod macros;
 mod recording;
 pub mod rules;
@@ -51,6 +54,8 @@ mod zk_env;
 pub use async_trait::async_trait;
 pub use bkswitch_conformance::{block_on, ConformanceFailure, ConformanceReport, Rule, RuleResult};
 pub use env::{MemoryTestEnv, MetadataStoreTestEnv, TestNamespace, ViaArc};
+#[cfg(feature = "etcd")]
+pub use etcd_env::EtcdTestEnv;
 pub use recording::{InjectedFailure, RecordingStore, WriteOp, WriteRecord};
 pub use suite::{all_rules, run_all, run_rule, RULE_NAMES};
 #[cfg(feature = "zk")]

@@ -320,4 +320,20 @@ impl MetadataStore for RecordingStore {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn can_import_versions(&self) -> bool {
+        self.inner.can_import_versions()
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        self.recorded(
+            WriteOp::Put,
+            path,
+            value,
+            ExpectedVersion::NotExists,
+            |s: &Stat| s.version,
+            || self.inner.import_version(path, value, version),
+        )
+        .await
+    }
 }

@@ -44,6 +44,7 @@ rule_list! {
     sessions::closed_store_fails_and_ends_streams => "closing a store ends its watch streams; later calls -> Closed",
     extension::extension_helpers => "delete_recursive, put_if_absent and the compare-and-set update loop",
     children::root_node => "/ always exists, lists the top-level nodes, and cannot be created or deleted",
+    versions::version_import_when_offered => "import_version keeps the given version where offered, and is refused (nothing written) elsewhere",
 }
 
 /// Run one rule, turning a panic inside it into a failure that names the rule.

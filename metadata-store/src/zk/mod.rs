@@ -30,7 +30,7 @@
 
 mod ops;
 mod session;
-mod url;
+pub(crate) mod url;
 mod watch;
 
 use session::{close_session, create_path, open_session, supervise};

@@ -224,4 +224,23 @@ impl MetadataStore for ZkStore {
             }),
         }
     }
+
+    fn can_import_versions(&self) -> bool {
+        // ZooKeeper numbers versions itself and the store keeps no offset.
+        false
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        let _ = value;
+        validate_path(Operation::Put, path, PathUse::Write)?;
+        Err(MetadataError::InvalidArgument {
+            op: Operation::Put,
+            path: path.to_owned(),
+            reason: format!(
+                "the ZooKeeper store cannot import versions (ZooKeeper numbers them itself); \
+                 migrate to a store that can (memory, etcd). Version {version} was not \
+                 imported"
+            ),
+        })
+    }
 }

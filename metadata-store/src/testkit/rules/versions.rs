@@ -250,3 +250,68 @@ pub async fn create_if_absent_race_exactly_one_wins<E: MetadataStoreTestEnv + ?S
     close(&[&a, &b]).await;
     Ok(())
 }
+
+/// A store that offers version import creates the node with the given
+/// version, and a holder of that version writes it conditionally; a store that
+/// does not refuses with `InvalidArgument` and writes nothing.
+pub async fn version_import_when_offered<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    if !s.can_import_versions() {
+        let e = s
+            .import_version("/imp/x", b"v", 5)
+            .await
+            .expect_err("a store without version import must refuse it");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("cannot import versions"), "{e}");
+        assert!(
+            ok("get", s.get("/imp/x").await).is_none(),
+            "nothing written"
+        );
+        assert!(
+            ok("get", s.get("/imp").await).is_none(),
+            "no parent written"
+        );
+        close(&[&s]).await;
+        return Ok(());
+    }
+    let other = session(&*ns).await;
+    let st = ok("import", s.import_version("/imp/x", b"v7", 7).await);
+    assert_eq!(st.version, 7);
+    let got = ok("get", other.get("/imp/x").await).expect("imported node");
+    assert_eq!((got.value.as_slice(), got.stat.version), (&b"v7"[..], 7));
+    assert!(ok("parent", other.exists("/imp").await).is_some());
+    expect_kind(
+        "import over an existing node",
+        s.import_version("/imp/x", b"other", 1).await,
+        ErrorKind::AlreadyExists,
+    );
+    expect_kind(
+        "negative version",
+        s.import_version("/imp/y", b"", -1).await,
+        ErrorKind::InvalidArgument,
+    );
+    assert!(ok("get", s.get("/imp/y").await).is_none());
+    expect_kind(
+        "stale version",
+        other
+            .put("/imp/x", b"old", ExpectedVersion::Exactly(6))
+            .await,
+        ErrorKind::BadVersion,
+    );
+    let st = ok(
+        "cas on the imported version",
+        other
+            .put("/imp/x", b"v8", ExpectedVersion::Exactly(7))
+            .await,
+    );
+    assert_eq!(st.version, 8);
+    let got = ok("get", s.get("/imp/x").await).expect("node");
+    assert_eq!((got.value.as_slice(), got.stat.version), (&b"v8"[..], 8));
+    ok(
+        "delete at the version",
+        s.delete("/imp/x", ExpectedVersion::Exactly(8)).await,
+    );
+    close(&[&s, &other]).await;
+    Ok(())
+}
