@@ -653,7 +653,8 @@ async fn precheck_renders_readiness_and_at_risk_ids() {
     r.unwrap();
     assert_eq!(
         out,
-        "ready                         yes\n\
+        "check                         switch\n\
+         ready                         yes\n\
          source                        a\n\
          target                        b\n\
          source max ledger id          41\n\

@@ -121,9 +121,15 @@ pub(super) fn write_precheck(out: &mut dyn Write, r: &PrecheckResult) -> io::Res
         }
         text
     };
+    let check = if r.rollback {
+        "rollback (back to the switch's source)"
+    } else {
+        "switch"
+    };
     write_fields(
         out,
         &[
+            ("check", check.to_owned()),
             ("ready", yes_no(r.ready)),
             ("source", r.source_cluster_name.clone()),
             ("target", r.target_cluster_name.clone()),
@@ -138,11 +144,23 @@ pub(super) fn write_precheck(out: &mut dyn Write, r: &PrecheckResult) -> io::Res
         ],
     )?;
     if !r.ready {
+        let what = if r.rollback {
+            "the rollback"
+        } else {
+            "a switch"
+        };
         writeln!(
             out,
-            "not ready: a switch to '{}' would be refused",
+            "not ready: {what} to '{}' would be refused",
             r.target_cluster_name
         )?;
+        if let (Some(n), Some(cmd)) = (r.advance_beyond, &r.advance_command) {
+            writeln!(
+                out,
+                "run, then precheck again (advances '{}' beyond {n}):\n  {cmd}",
+                r.target_cluster_name
+            )?;
+        }
     }
     Ok(())
 }
