@@ -183,7 +183,8 @@ cargo fmt --manifest-path examples/storage-plugin/Cargo.toml -- --check
 rm -rf "$example"
 
 step "cargo test"
-cargo test --workspace --all-features
+# Every test binary runs even after a failure: one run reports every failure.
+cargo test --workspace --all-features --no-fail-fast
 
 step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features

@@ -684,9 +684,10 @@ async fn advancing_the_id_generator_for_rust_and_java_clients() {
     rust.close().await.unwrap();
 
     // A malformed URI and a negative bound are refused.
-    let e = bkswitch_bookkeeper::advance_ledger_id_generator("zk+hierarchical://h/l", 1, &cfg)
-        .await
-        .unwrap_err();
+    let e =
+        bkswitch_bookkeeper::advance_ledger_id_generator("zk+hierarchical://h:notaport/l", 1, &cfg)
+            .await
+            .unwrap_err();
     assert_eq!(e.code(), -14, "{e}");
     let e = bkswitch_bookkeeper::advance_ledger_id_generator(&uri, -3, &cfg)
         .await

@@ -118,9 +118,11 @@ struct ServeArgs {
     /// This node's id, unique among live nodes (file key `bkswitchNodeId`, default node-1).
     #[arg(long)]
     node_id: Option<String>,
-    /// `memory` (embedded, single process) or `zk://host:port[/chroot]`
-    /// (file key `metadataStoreUrl`, default memory).
-    #[arg(long)]
+    /// `memory` (embedded, single process), `zk://host:port[,…][/chroot]` or
+    /// `etcd://host:port[,…][/prefix]` (etcd: a build with the `etcd`
+    /// feature) (file key `metadataStoreUrl`, default memory; also
+    /// `--metadata-store-url`).
+    #[arg(long, visible_alias = "metadata-store-url")]
     metadata_store: Option<String>,
     /// ZooKeeper session timeout of the metadata store: how long after this
     /// process dies its ephemeral nodes (topic ownership, election candidacy)
