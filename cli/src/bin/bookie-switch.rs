@@ -405,7 +405,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     let store: Arc<dyn MetadataStore> = match open_store(&s.metadata_store, timeouts).await {
         Ok(st) => st,
         Err(e) if e.kind() == ErrorKind::InvalidArgument => {
-            eprintln!("bookie-switch {command}: metadataStoreUrl: {e}");
+            eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
             return ExitCode::from(2);
         }
         Err(e) => {
