@@ -154,6 +154,17 @@ for crate in bkswitch-mledger-spi bkswitch-schema-spi bkswitch-bk-client \
     fi
   done
 done
+# Ports and adapters: the coordinator depends on the ports it defines and on
+# the SPI crates; the router and the managed ledger plug in from the node
+# through the `adapters` feature, never by default.
+tree=$(cargo tree --quiet -p bkswitch-switch-orchestrator -e normal --prefix none)
+test -n "$tree" || { echo "error: cargo tree printed nothing for bkswitch-switch-orchestrator" >&2; exit 1; }
+for banned in bkswitch-bk-router bkswitch-managed-ledger bkswitch-admin; do
+  if grep -q "^$banned v" <<<"$tree"; then
+    echo "error: bkswitch-switch-orchestrator depends on $banned by default; reach it through a port (the \`adapters\` feature)" >&2
+    exit 1
+  fi
+done
 
 step "packaging: cargo publish --dry-run of every published crate"
 # Packages each library crate and builds it from its packaged form, against

@@ -14,7 +14,8 @@ use bkswitch_managed_ledger::schema::SchemaStorage;
 use bkswitch_managed_ledger::ManagedLedgerFactory;
 use bkswitch_mledger_spi::{ManagedLedgerStorage, StorageSettings};
 use bkswitch_registry::Registry;
-use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator};
+use bkswitch_switch_orchestrator::adapters::LocalTopics;
+use bkswitch_switch_orchestrator::Orchestrator;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

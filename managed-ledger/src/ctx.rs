@@ -16,9 +16,9 @@ use bkswitch_mledger_spi::{LedgerPurpose, ManagedLedgerConfig, NewLedgerContext}
 use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
 use bkswitch_proto::ml::ManagedCursorInfo;
 
-use crate::clock::Clock;
 use crate::error::{ManagedLedgerError, Result};
 use crate::session::MetadataSession;
+use crate::Clock;
 
 /// How long [`Ctx::resolve_ledger_to_open`] waits for a cluster's client to
 /// start.

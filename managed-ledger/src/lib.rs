@@ -4,7 +4,6 @@
 // with the `testkit` feature.
 #![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
-mod clock;
 mod ctx;
 mod cursor;
 mod error;
@@ -21,7 +20,7 @@ pub mod schema;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
-pub use clock::{Clock, SystemClock};
+pub use bkswitch_mledger_spi::{Clock, SystemClock};
 pub use cursor::{CursorPromotion, InitialPosition, ManagedCursor};
 pub use error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
 pub use ledger::{ManagedLedger, ManagedLedgerFactory};

@@ -15,7 +15,7 @@ pub use bkswitch_hook_conformance::hooks::{
 };
 pub use bkswitch_metadata_store::testkit::{InjectedFailure, RecordingStore, WriteOp, WriteRecord};
 
-use crate::clock::Clock;
+use crate::Clock;
 
 /// A clock that only moves when told to.
 #[derive(Debug)]

@@ -1,11 +1,22 @@
 //! The one error type of the crate.
 
-use bkswitch_bk_router::RouterError;
+use std::sync::Arc;
+
 use bkswitch_metadata_store::MetadataError;
 use bkswitch_registry::{PrecheckResult, RegistryError};
 
+use crate::model::Phase;
+
 /// Result alias of the crate.
 pub type Result<T, E = OrchestratorError> = std::result::Result<T, E>;
+
+/// The error of a [`ClusterClients`](crate::ClusterClients) implementation,
+/// kept as the source of [`OrchestratorError::Client`]: it says whether
+/// retrying may help, and the orchestrator's error keeps that answer.
+pub trait RetryableError: std::error::Error + Send + Sync + 'static {
+    /// Whether retrying the same call may succeed (the cause passes).
+    fn is_retryable(&self) -> bool;
+}
 
 /// Error of every orchestrator operation.
 ///
@@ -42,14 +53,15 @@ pub enum OrchestratorError {
     #[error("{}", precheck_refusal(.0))]
     PrecheckFailed(Box<PrecheckResult>),
     /// Another switch is still in progress.
-    #[error("switch `{switch_id}` to `{target}` is still in progress (phase {phase}); finish it (run/cleanup) or roll it back first")]
+    #[error("switch `{switch_id}` to `{target}` is still in progress ({}); finish it (run/cleanup) or roll it back first", in_progress(.phase))]
     SwitchInProgress {
         /// The switch in progress.
         switch_id: String,
         /// Its target.
         target: String,
-        /// Its phase.
-        phase: String,
+        /// Its phase; `None` while it is starting (its directive is written,
+        /// its switch record not yet).
+        phase: Option<Phase>,
     },
     /// A cluster-wide switch was asked while canaries (per-prefix overrides)
     /// exist.
@@ -96,7 +108,7 @@ pub enum OrchestratorError {
         /// The switch.
         switch_id: String,
         /// Its phase.
-        phase: String,
+        phase: Phase,
         /// What the operator can do.
         reason: String,
     },
@@ -107,13 +119,35 @@ pub enum OrchestratorError {
         /// The switch.
         switch_id: String,
         /// The phase that did not finish.
-        phase: String,
+        phase: Phase,
         /// Why.
         reason: String,
     },
-    /// A stored orchestrator record cannot be understood.
-    #[error("corrupt orchestrator record `{path}`: {reason}; repair or delete the node by hand")]
-    Corrupt {
+    /// A record of the switch kept changing under this coordinator's
+    /// compare-and-set (another writer); nothing half-written, retry.
+    #[error("switch `{switch_id}`: the {what} `{path}` kept changing concurrently; retry (progress is recorded)")]
+    Contended {
+        /// The switch.
+        switch_id: String,
+        /// Which record (`switch record`, `ledger record`).
+        what: &'static str,
+        /// Its node.
+        path: String,
+    },
+    /// A record of the coordinator's own (a switch record, a ledger record,
+    /// a lease) does not parse (or cannot be encoded).
+    #[error("corrupt switch record `{path}`: {reason}; nothing further was written: restore the node from a backup, or delete it by hand if that step should be forgotten, then resume")]
+    CorruptRecord {
+        /// The node.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A managed-ledger, cursor or schema metadata value that the switch
+    /// reads (or flips a stamp in) does not parse; the switch leaves it
+    /// untouched.
+    #[error("corrupt metadata `{path}`: {reason}; the switch left it untouched: repair the value (or delete the topic or schema it belongs to) by hand, then resume")]
+    CorruptMetadata {
         /// The node.
         path: String,
         /// What is wrong.
@@ -126,10 +160,11 @@ pub enum OrchestratorError {
         cluster: String,
         /// What failed.
         reason: String,
-        /// The router's error, when the client came from the multi-cluster
-        /// storage (`None` for a cluster no client is configured for).
+        /// The clients' own error (the router's, for the node's
+        /// clients), whose retryability this error keeps; `None` for a
+        /// cluster no client is configured for.
         #[source]
-        source: Option<Box<RouterError>>,
+        source: Option<Arc<dyn RetryableError>>,
     },
     /// The registry failed.
     #[error(transparent)]
@@ -156,6 +191,14 @@ pub enum OrchestratorError {
         /// The failpoint.
         point: &'static str,
     },
+}
+
+/// The phase of a switch in progress, as its error names it.
+fn in_progress(phase: &Option<Phase>) -> String {
+    match phase {
+        Some(p) => format!("phase {p}"),
+        None => "starting: its directive is written, its switch record not yet".to_owned(),
+    }
 }
 
 /// The operator's message for a refused idgen precheck: what is wrong and the
@@ -233,10 +276,22 @@ fn precheck_refusal(r: &PrecheckResult) -> String {
 }
 
 impl OrchestratorError {
-    /// A stored value at `path` that cannot be understood (or encoded), and
-    /// what is wrong with it.
-    pub(crate) fn corrupt(path: impl Into<String>, reason: impl std::fmt::Display) -> Self {
-        OrchestratorError::Corrupt {
+    /// A record of ours at `path` that cannot be understood (or encoded),
+    /// and what is wrong with it.
+    pub(crate) fn corrupt_record(path: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        OrchestratorError::CorruptRecord {
+            path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// A managed-ledger, cursor or schema value at `path` that cannot be
+    /// understood (or encoded), and what is wrong with it.
+    pub(crate) fn corrupt_metadata(
+        path: impl Into<String>,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        OrchestratorError::CorruptMetadata {
             path: path.into(),
             reason: reason.to_string(),
         }
@@ -253,11 +308,13 @@ impl OrchestratorError {
     pub fn is_retryable(&self) -> bool {
         match self {
             OrchestratorError::NotConverged { .. }
+            | OrchestratorError::Contended { .. }
             | OrchestratorError::Injected { .. }
             | OrchestratorError::Locked { .. } => true,
-            // The router's error says whether its cause passes (an unreachable
-            // cluster) or not (an unknown cluster, a refused URI); without
-            // one (no client configured yet) a later attempt may find it.
+            // The clients' error says whether its cause passes (for the
+            // router: an unreachable cluster) or not (an unknown cluster, a
+            // refused URI); without one (no client configured yet) a later
+            // attempt may find it.
             OrchestratorError::Client {
                 source: Some(source),
                 ..
@@ -278,29 +335,36 @@ mod tests {
 
     use super::*;
 
-    fn client(source: Option<RouterError>) -> OrchestratorError {
+    /// A clients' error that answers as told.
+    #[derive(Debug, thiserror::Error)]
+    #[error("client start failed (retryable: {0})")]
+    struct Failure(bool);
+
+    impl RetryableError for Failure {
+        fn is_retryable(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn client(source: Option<Failure>) -> OrchestratorError {
         OrchestratorError::Client {
             cluster: "new".into(),
             reason: "no client".into(),
-            source: source.map(Box::new),
+            source: source.map(|s| Arc::new(s) as Arc<dyn RetryableError>),
         }
     }
 
     #[test]
     fn client_errors_keep_their_source_retryability() {
-        let start = |kind| RouterError::ClientStart {
-            name: "new".into(),
-            uri: "zk://h:1/ledgers".into(),
-            source: Box::new(BkError::new(kind, "connecting")),
-        };
-        assert!(client(Some(start(BkErrorKind::Unavailable))).is_retryable());
-        assert!(!client(Some(start(BkErrorKind::InvalidArgument))).is_retryable());
-        assert!(!client(Some(RouterError::UnknownCluster {
-            name: "new".into(),
-            registered: vec![]
-        }))
-        .is_retryable());
+        assert!(client(Some(Failure(true))).is_retryable());
+        assert!(!client(Some(Failure(false))).is_retryable());
         assert!(client(None).is_retryable());
+        // The source stays reachable (and printable) through the error.
+        let e = client(Some(Failure(false)));
+        let source = std::error::Error::source(&e).expect("the source is kept");
+        assert_eq!(source.to_string(), "client start failed (retryable: false)");
+        // Clones keep it too.
+        assert!(!e.clone().is_retryable());
         // The registry's own answer is kept as well.
         assert!(OrchestratorError::Registry(RegistryError::Conflict {
             path: "/p".into(),
@@ -317,5 +381,48 @@ mod tests {
             source: Box::new(BkError::new(BkErrorKind::Timeout, "slow")),
         })
         .is_retryable());
+    }
+
+    #[test]
+    fn phases_are_typed_and_a_starting_switch_is_not_a_phase() {
+        let starting = OrchestratorError::SwitchInProgress {
+            switch_id: "7".into(),
+            target: "new".into(),
+            phase: None,
+        };
+        assert!(starting
+            .to_string()
+            .contains("starting: its directive is written"));
+        let building = OrchestratorError::SwitchInProgress {
+            switch_id: "7".into(),
+            target: "new".into(),
+            phase: Some(Phase::Build),
+        };
+        assert!(building.to_string().contains("(phase BUILD)"), "{building}");
+        let contended = OrchestratorError::Contended {
+            switch_id: "7".into(),
+            what: "ledger record",
+            path: "/r".into(),
+        };
+        assert!(contended.is_retryable());
+        assert!(contended.to_string().contains("`/r` kept changing"));
+    }
+
+    #[test]
+    fn corrupt_records_and_corrupt_metadata_are_told_apart() {
+        let record = OrchestratorError::corrupt_record("/o/7", "expected value");
+        let metadata = OrchestratorError::corrupt_metadata("/managed-ledgers/t/c", "not a cursor");
+        assert!(
+            matches!(record, OrchestratorError::CorruptRecord { ref path, .. } if path == "/o/7")
+        );
+        assert!(
+            matches!(metadata, OrchestratorError::CorruptMetadata { ref path, .. } if path == "/managed-ledgers/t/c")
+        );
+        assert!(record.to_string().contains("corrupt switch record `/o/7`"));
+        assert!(metadata
+            .to_string()
+            .contains("corrupt metadata `/managed-ledgers/t/c`"));
+        assert!(metadata.to_string().contains("left it untouched"));
+        assert!(!record.is_retryable() && !metadata.is_retryable());
     }
 }

@@ -4,6 +4,8 @@
 // with the `testkit` feature.
 #![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
+#[cfg(feature = "adapters")]
+pub mod adapters;
 mod error;
 mod model;
 mod orchestrator;
@@ -13,7 +15,7 @@ mod scan;
 pub mod testkit;
 mod usage;
 
-pub use error::{OrchestratorError, Result};
+pub use error::{OrchestratorError, Result, RetryableError};
 pub use model::{
     CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, LedgerRecord,
     LedgerState, Phase, SwitchRecord, SwitchStatus,
@@ -22,8 +24,8 @@ pub use orchestrator::{
     CopyStats, Orchestrator, OrchestratorConfig, DEFAULT_IDGEN_SAFETY_MARGIN, MAX_FAILURES_LISTED,
 };
 pub use owners::{
-    ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics,
-    NoOwners, PromoteError, RolloverReport, StaticClients, TopicOwners,
+    ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, NoOwners,
+    PromoteError, StaticClients, TopicOwners,
 };
 pub use usage::{ClusterUsage, KindUsage, USAGE_SAMPLE};
 

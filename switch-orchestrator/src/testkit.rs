@@ -29,7 +29,8 @@ use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorage};
 use bkswitch_registry::{ClusterStatus, Registry};
 
-use crate::{LocalTopics, Orchestrator, OrchestratorConfig, TopicOwners};
+use crate::adapters::LocalTopics;
+use crate::{Orchestrator, OrchestratorConfig, TopicOwners};
 
 /// The cluster the stack starts on (ACTIVE, bootstrap).
 pub const OLD: &str = "old";

@@ -13,9 +13,10 @@ use async_trait::async_trait;
 use bkswitch_managed_ledger::ManagedLedger;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bkswitch_registry::ClusterStatus;
+use bkswitch_switch_orchestrator::adapters::LocalTopics;
 use bkswitch_switch_orchestrator::{
     CleanupOptions, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LedgerState,
-    LocalTopics, Orchestrator, Phase, PromoteError, TopicOwners, FAILPOINTS,
+    Orchestrator, Phase, PromoteError, TopicOwners, FAILPOINTS,
 };
 use common::*;
 

@@ -259,7 +259,7 @@ async fn resume_after_a_crash_converges_without_copying_twice() {
 /// goes away: the coordinator finds the source cursor ledger longer than the
 /// copy, replaces the stale copy and promotes.
 struct LeavingOwner {
-    topics: bkswitch_switch_orchestrator::LocalTopics,
+    topics: bkswitch_switch_orchestrator::adapters::LocalTopics,
     acked: parking_lot::Mutex<Vec<(String, bkswitch_managed_ledger::Position)>>,
 }
 

@@ -135,9 +135,9 @@ impl From<OrchestratorError> for ApiError {
                 ApiError::unavailable(msg)
             }
             OrchestratorError::Client { .. } => ApiError::unavailable(msg),
-            OrchestratorError::Corrupt { .. } | OrchestratorError::Metadata { .. } => {
-                ApiError::internal(msg)
-            }
+            OrchestratorError::CorruptRecord { .. }
+            | OrchestratorError::CorruptMetadata { .. }
+            | OrchestratorError::Metadata { .. } => ApiError::internal(msg),
             _ => ApiError::conflict(msg),
         }
     }

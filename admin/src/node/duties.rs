@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_bk_router::CoordinatorDuty;
-use bkswitch_switch_orchestrator::{LocalTopics, Orchestrator, OrchestratorError, Phase};
+use bkswitch_switch_orchestrator::adapters::LocalTopics;
+use bkswitch_switch_orchestrator::{Orchestrator, OrchestratorError, Phase};
 
 use crate::metrics::{NodeMetrics, SwitchEvent};
 use tokio::sync::{mpsc, watch};

@@ -39,9 +39,10 @@ use bkswitch_managed_ledger::schema::SchemaStorage;
 use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory};
 use bkswitch_mledger_spi::ManagedLedgerStorage;
 use bkswitch_registry::{ClusterRecord, ClusterStatus, ClusterUri, Registry, RegistryError};
+use bkswitch_switch_orchestrator::adapters::LocalTopics;
 use bkswitch_switch_orchestrator::{
-    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, Orchestrator,
-    OrchestratorError, Phase, PromoteError,
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, Orchestrator, OrchestratorError,
+    Phase, PromoteError,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

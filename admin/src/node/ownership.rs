@@ -12,9 +12,10 @@ use async_trait::async_trait;
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, MetadataError, MetadataStore,
 };
+use bkswitch_switch_orchestrator::adapters::LocalTopics;
 use bkswitch_switch_orchestrator::{
-    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LocalTopics, OrchestratorError,
-    PromoteError, TopicOwners,
+    CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, OrchestratorError, PromoteError,
+    TopicOwners,
 };
 use serde::{Deserialize, Serialize};
 

@@ -10,11 +10,11 @@ use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorageClass};
 
 use super::api::ManagedLedger;
 use super::open::open;
-use crate::clock::{Clock, SystemClock};
 use crate::ctx::{Ctx, ROOT};
 use crate::error::{ManagedLedgerError, Result};
 use crate::name::validate_managed_ledger_name;
 use crate::session::MetadataSession;
+use crate::{Clock, SystemClock};
 
 /// Opens managed ledgers on one metadata store and one BookKeeper client (the
 /// storage's client, used for everything no hook decides).

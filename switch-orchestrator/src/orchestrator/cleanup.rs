@@ -46,7 +46,7 @@ impl Orchestrator {
             Phase::Build | Phase::Promote | Phase::RollingBack => {
                 return Err(OrchestratorError::WrongPhase {
                     switch_id: switch_id.to_owned(),
-                    phase: sw.phase.to_string(),
+                    phase: sw.phase,
                     reason: "cleanup needs a switch that reached SWITCHED or ROLLED_BACK; run \
                              or resume it first"
                         .to_owned(),

@@ -135,7 +135,7 @@ impl Orchestrator {
                 return Ok(Some(BTreeSet::new()));
             };
             let mut locator = SchemaLocator::decode(r.value.as_slice()).map_err(|e| {
-                OrchestratorError::corrupt(path, format!("not a SchemaLocator: {e}"))
+                OrchestratorError::corrupt_metadata(path, format!("not a SchemaLocator: {e}"))
             })?;
             let mut changed = false;
             let mut on_to = BTreeSet::new();
@@ -146,13 +146,13 @@ impl Orchestrator {
                 }
                 let stamp = pos
                     .cluster_stamp()
-                    .map_err(|e| OrchestratorError::corrupt(path, e))?;
+                    .map_err(|e| OrchestratorError::corrupt_metadata(path, e))?;
                 match classify(stamp, bootstrap, from, to) {
                     StampIs::OnTo => {}
                     StampIs::OnFrom => {
                         let was_unstamped = unstamped.contains(&pos.ledger_id);
                         restamp(pos, was_unstamped, bootstrap, to)
-                            .map_err(|e| OrchestratorError::corrupt(path, e))?;
+                            .map_err(|e| OrchestratorError::corrupt_metadata(path, e))?;
                         changed = true;
                     }
                     StampIs::Elsewhere => continue,
@@ -263,14 +263,17 @@ impl Orchestrator {
                 return Ok(CursorFlip::Gone);
             };
             let Some(mut info) = decode_cursor(&r.value) else {
-                return Err(OrchestratorError::corrupt(&path, "not a ManagedCursorInfo"));
+                return Err(OrchestratorError::corrupt_metadata(
+                    &path,
+                    "not a ManagedCursorInfo",
+                ));
             };
             if info.cursors_ledger_id != rec.ledger_id {
                 return Ok(CursorFlip::MovedOn(info.cursors_ledger_id));
             }
             let stamp = info
                 .cluster_stamp()
-                .map_err(|e| OrchestratorError::corrupt(&path, e))?;
+                .map_err(|e| OrchestratorError::corrupt_metadata(&path, e))?;
             match classify(stamp, bootstrap, from, to) {
                 StampIs::OnTo => return Ok(CursorFlip::Done),
                 StampIs::Elsewhere => return Ok(CursorFlip::Elsewhere(stamp.map(str::to_owned))),
@@ -284,9 +287,9 @@ impl Orchestrator {
                 }
             }
             restamp(&mut info, rec.was_unstamped, bootstrap, to)
-                .map_err(|e| OrchestratorError::corrupt(&path, e))?;
+                .map_err(|e| OrchestratorError::corrupt_metadata(&path, e))?;
             let bytes = encode_managed_cursor_info(&info, cursor_compression(&r.value))
-                .map_err(|e| OrchestratorError::corrupt(&path, e))?;
+                .map_err(|e| OrchestratorError::corrupt_metadata(&path, e))?;
             fail_point!(dir.cursor_failpoint());
             if self
                 .try_put(&path, &bytes, ExpectedVersion::Exactly(r.stat.version))

@@ -20,11 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bkswitch_bk_client::{BookKeeper, DigestType};
-use bkswitch_managed_ledger::schema::SchemaStorageOptions;
-use bkswitch_managed_ledger::{Clock, SystemClock};
+use bkswitch_bk_client::{BookKeeper, DigestType, LedgerConfig};
 use bkswitch_metadata_store::MetadataStore;
-use bkswitch_mledger_spi::ManagedLedgerConfig;
+use bkswitch_mledger_spi::{Clock, ManagedLedgerConfig, SystemClock};
 use bkswitch_registry::{IdgenSource, PrecheckResult, Registry};
 
 use crate::error::{OrchestratorError, Result};
@@ -119,7 +117,9 @@ pub struct OrchestratorConfig {
 impl Default for OrchestratorConfig {
     fn default() -> Self {
         let ml = ManagedLedgerConfig::default();
-        let schema = SchemaStorageOptions::default().ledger_config;
+        // The schema storage's default ledger settings (its
+        // `SchemaStorageOptions` default to the client's).
+        let schema = LedgerConfig::default();
         OrchestratorConfig {
             migration_concurrency: 16,
             rollback_window: Duration::from_secs(24 * 3600),
@@ -537,7 +537,7 @@ impl Orchestrator {
     ///
     /// # Errors
     ///
-    /// [`OrchestratorError::NoSuchSwitch`], [`OrchestratorError::Corrupt`],
+    /// [`OrchestratorError::NoSuchSwitch`], [`OrchestratorError::CorruptRecord`],
     /// [`OrchestratorError::Metadata`].
     pub async fn status(&self, switch_id: &str) -> Result<SwitchStatus> {
         self.read_status(switch_id).await

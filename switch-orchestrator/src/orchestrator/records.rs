@@ -137,7 +137,7 @@ impl Orchestrator {
                 return Ok(rec);
             }
         }
-        Err(kept_changing(id, "record update", &path))
+        Err(kept_changing(id, "switch record", &path))
     }
 
     /// Every recorded switch id, by ascending epoch.
@@ -597,20 +597,20 @@ fn locked(id: &str, holder: String) -> OrchestratorError {
     }
 }
 
-fn kept_changing(id: &str, what: &str, path: &str) -> OrchestratorError {
-    OrchestratorError::NotConverged {
+fn kept_changing(id: &str, what: &'static str, path: &str) -> OrchestratorError {
+    OrchestratorError::Contended {
         switch_id: id.to_owned(),
-        phase: what.to_owned(),
-        reason: format!("`{path}` kept changing concurrently"),
+        what,
+        path: path.to_owned(),
     }
 }
 
 fn decode_json<T: DeserializeOwned>(path: &str, bytes: &[u8]) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| OrchestratorError::corrupt(path, e))
+    serde_json::from_slice(bytes).map_err(|e| OrchestratorError::corrupt_record(path, e))
 }
 
 fn encode_json<T: Serialize + ?Sized>(path: &str, value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|e| OrchestratorError::corrupt(path, e))
+    serde_json::to_vec(value).map_err(|e| OrchestratorError::corrupt_record(path, e))
 }
 
 /// The counts and the first [`MAX_FAILURES_LISTED`] failures of a switch's

@@ -45,7 +45,7 @@ impl Orchestrator {
             Phase::RollingBack => {
                 return Err(OrchestratorError::WrongPhase {
                     switch_id: switch_id.to_owned(),
-                    phase: rec.phase.to_string(),
+                    phase: rec.phase,
                     reason: "a rollback is in progress; call rollback to finish it".to_owned(),
                 })
             }
@@ -94,7 +94,7 @@ impl Orchestrator {
         .await?;
         Err(OrchestratorError::NotConverged {
             switch_id: switch_id.to_owned(),
-            phase: phase.to_string(),
+            phase,
             reason: format!(
                 "{waiting} ledger(s) still wait for PROMOTE, or new ledgers keep appearing on \
                  `{}` (a node has not applied the switch directive yet)",

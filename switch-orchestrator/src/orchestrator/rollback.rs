@@ -30,7 +30,7 @@ impl Orchestrator {
             if !overrides.contains_key(prefix) {
                 return Err(OrchestratorError::WrongPhase {
                     switch_id: switch_id.to_owned(),
-                    phase: sw.phase.to_string(),
+                    phase: sw.phase,
                     reason: format!(
                         "the canary of `{prefix}` was absorbed by a cluster-wide switch to \
                          `{}`; roll that switch back instead",
@@ -97,7 +97,7 @@ impl Orchestrator {
         if waiting > 0 {
             return Err(OrchestratorError::NotConverged {
                 switch_id: switch_id.to_owned(),
-                phase: Phase::RollingBack.to_string(),
+                phase: Phase::RollingBack,
                 reason: format!("{waiting} ledger(s) could not be flipped back yet"),
             });
         }

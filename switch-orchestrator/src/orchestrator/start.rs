@@ -74,7 +74,7 @@ impl Orchestrator {
                         return Err(OrchestratorError::SwitchInProgress {
                             switch_id: id,
                             target: rec.target,
-                            phase: rec.phase.to_string(),
+                            phase: Some(rec.phase),
                         });
                     }
                 }
@@ -90,7 +90,7 @@ impl Orchestrator {
                         return Err(OrchestratorError::SwitchInProgress {
                             switch_id: rec.switch_id.clone(),
                             target: rec.target.clone(),
-                            phase: rec.phase.to_string(),
+                            phase: Some(rec.phase),
                         });
                     }
                 }
@@ -170,7 +170,7 @@ impl Orchestrator {
                 return Err(OrchestratorError::SwitchInProgress {
                     switch_id: format!("canary {id} of `{prefix}`"),
                     target: rec.target,
-                    phase: rec.phase.to_string(),
+                    phase: Some(rec.phase),
                 });
             }
         }
@@ -205,7 +205,7 @@ impl Orchestrator {
                 return Err(OrchestratorError::SwitchInProgress {
                     switch_id: rec.switch_id.clone(),
                     target: rec.target.clone(),
-                    phase: rec.phase.to_string(),
+                    phase: Some(rec.phase),
                 });
             }
         }
@@ -332,7 +332,7 @@ impl Orchestrator {
                 return Err(OrchestratorError::SwitchInProgress {
                     switch_id: rec.switch_id.clone(),
                     target: rec.target.clone(),
-                    phase: rec.phase.to_string(),
+                    phase: Some(rec.phase),
                 });
             }
         }
@@ -413,7 +413,7 @@ impl Orchestrator {
                         None => id,
                     },
                     target: rec.target,
-                    phase: rec.phase.to_string(),
+                    phase: Some(rec.phase),
                 });
             }
         }
@@ -629,6 +629,6 @@ fn starting(d: &SwitchDirective) -> OrchestratorError {
     OrchestratorError::SwitchInProgress {
         switch_id: d.epoch.to_string(),
         target: d.target.clone(),
-        phase: "STARTING".to_owned(),
+        phase: None,
     }
 }

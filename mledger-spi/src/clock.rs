@@ -1,4 +1,5 @@
-//! The wall clock a managed ledger reads (injectable for tests).
+//! The wall clock a managed ledger (and the switch coordinator) reads
+//! (injectable for tests).
 
 use std::fmt::Debug;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -6,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 ///
 /// Used for ledger timestamps in `ManagedLedgerInfo`, rollover ages and time
-/// retention. [`SystemClock`] is the default; tests use
-/// [`testkit::ManualClock`](crate::testkit::ManualClock).
+/// retention. [`SystemClock`] is the default; tests use a manual clock
+/// (`bkswitch_managed_ledger::testkit::ManualClock`).
 pub trait Clock: Send + Sync + Debug {
     /// Milliseconds since the Unix epoch.
     fn now_millis(&self) -> i64;
