@@ -73,7 +73,7 @@ impl Orchestrator {
         ledger_id: i64,
     ) -> Result<std::result::Result<CopyReport, CopyError>> {
         let store = self.inner.store.clone();
-        let created_root = self.created_path(&ctx.id);
+        let created_root = self.records().created_path(&ctx.id);
         // A crash right after `createLedgerAdv`, before anything else (the
         // failpoint `orchestrator::created_record`): the copy is abandoned
         // where it stands, as a dying process leaves it.
@@ -122,7 +122,7 @@ impl Orchestrator {
                 tracing::warn!(ledger_id, cluster = %ctx.target,
                     "replacing a partial copy this switch created on the target");
                 fail_point!("orchestrator::delete_target_copy");
-                self.check_may_delete(&ctx.id).await?;
+                self.records().check_may_delete(&ctx.id).await?;
                 if dst.delete_ledger_if_exists(ledger_id).await.is_ok() {
                     fail_point!("orchestrator::copy");
                     result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
@@ -157,7 +157,7 @@ impl Orchestrator {
     /// Records that this switch creates (is about to create) `ledger_id` on
     /// the target.
     async fn record_created(&self, ctx: &Ctx, ledger_id: i64) -> Result<()> {
-        let path = format!("{}/{ledger_id}", self.created_path(&ctx.id));
+        let path = format!("{}/{ledger_id}", self.records().created_path(&ctx.id));
         match self
             .inner
             .store
@@ -175,8 +175,8 @@ impl Orchestrator {
 
     /// Whether this switch recorded creating `ledger_id` on the target.
     async fn created_by_this_switch(&self, ctx: &Ctx, ledger_id: i64) -> Result<bool> {
-        let path = format!("{}/{ledger_id}", self.created_path(&ctx.id));
-        Ok(self.read_node(&path).await?.is_some())
+        let path = format!("{}/{ledger_id}", self.records().created_path(&ctx.id));
+        Ok(self.records().read_node(&path).await?.is_some())
     }
 
     async fn build_one(&self, ctx: &Ctx, f: Found) -> Result<()> {
@@ -230,12 +230,12 @@ impl Orchestrator {
                 ));
             }
         }
-        self.put_ledger(&ctx.id, &mut rec).await
+        self.records().put_ledger(&ctx.id, &mut rec).await
     }
 
     /// Whether the metadata that named `f`'s ledger at scan time still names it.
     async fn still_referenced(&self, f: &Found) -> Result<bool> {
-        let Some(r) = self.read_node(&f.owner_path).await? else {
+        let Some(r) = self.records().read_node(&f.owner_path).await? else {
             return Ok(false);
         };
         Ok(match f.kind {
@@ -263,7 +263,7 @@ impl Orchestrator {
             return Ok(());
         }
         fail_point!("orchestrator::delete_target_copy");
-        self.check_may_delete(&ctx.id).await?;
+        self.records().check_may_delete(&ctx.id).await?;
         match ctx
             .clients()?
             .1
@@ -300,7 +300,7 @@ impl Orchestrator {
             Ok(report) => {
                 rec.copied_last_entry_id = report.last_entry_id;
                 rec.target_copy = true;
-                self.put_ledger(&ctx.id, rec).await?;
+                self.records().put_ledger(&ctx.id, rec).await?;
                 Ok(CopyCheck::Replaced)
             }
             Err(e) => Ok(CopyCheck::Failed(format!(

@@ -24,8 +24,8 @@ type Skipped = (String, i64, String);
 impl Orchestrator {
     /// [`Orchestrator::cleanup_targets`].
     pub(super) async fn unused_copies(&self, switch_id: &str) -> Result<Vec<CleanupTarget>> {
-        let (sw, _) = self.load(switch_id).await?;
-        let records = self.list_ledgers(switch_id).await?;
+        let (sw, _) = self.records().load(switch_id).await?;
+        let records = self.records().list_ledgers(switch_id).await?;
         Ok(self
             .targets(&sw, &records)
             .await?
@@ -41,7 +41,7 @@ impl Orchestrator {
         switch_id: &str,
         opts: CleanupOptions,
     ) -> Result<CleanupReport> {
-        let (sw, _) = self.load(switch_id).await?;
+        let (sw, _) = self.records().load(switch_id).await?;
         match sw.phase {
             Phase::Build | Phase::Promote | Phase::RollingBack => {
                 return Err(OrchestratorError::WrongPhase {
@@ -72,7 +72,7 @@ impl Orchestrator {
                 });
             }
         }
-        let records = self.list_ledgers(switch_id).await?;
+        let records = self.records().list_ledgers(switch_id).await?;
         let (all, skipped) = self.targets(&sw, &records).await?;
         let selected: Vec<Target> = all
             .iter()
@@ -94,11 +94,12 @@ impl Orchestrator {
             });
         }
         if !sw.cleanup_started {
-            self.update_switch(switch_id, |r| {
-                r.cleanup_started = true;
-                r.phase = Phase::Cleanup;
-            })
-            .await?;
+            self.records()
+                .update_switch(switch_id, |r| {
+                    r.cleanup_started = true;
+                    r.phase = Phase::Cleanup;
+                })
+                .await?;
         }
         let mut errors = skipped;
         let mut done = Vec::new();
@@ -118,7 +119,7 @@ impl Orchestrator {
             // live metadata session; nothing references the ledger on this
             // cluster; another switch does not use the copy; and a source
             // copy goes only once the target's copy is verified.
-            self.check_may_delete(switch_id).await?;
+            self.records().check_may_delete(switch_id).await?;
             match self
                 .keep_reason(&sw, rec, &t.cluster, bootstrap.as_deref(), &others)
                 .await?
@@ -145,7 +146,8 @@ impl Orchestrator {
                         rec.target_copy = false;
                     }
                     rec.deleted_from = Some(t.cluster.clone());
-                    self.set_state(switch_id, &mut rec, LedgerState::Deleted, None)
+                    self.records()
+                        .set_state(switch_id, &mut rec, LedgerState::Deleted, None)
                         .await?;
                     done.push(t.clone());
                 }
@@ -155,7 +157,7 @@ impl Orchestrator {
         let remaining = all.len() - done.len() - in_use;
         let mut phase = Phase::Cleanup;
         if remaining == 0 {
-            let records = self.list_ledgers(switch_id).await?;
+            let records = self.records().list_ledgers(switch_id).await?;
             let (counts, failures) = summarize(&records);
             // A canary moves a prefix, not the cluster: statuses stay.
             if sw.rollback_epoch.is_none() && self.scope().is_none() {
@@ -167,13 +169,14 @@ impl Orchestrator {
             } else {
                 Phase::Done
             };
-            self.update_switch(switch_id, |r| {
-                r.phase = phase;
-                r.finished_at = Some(self.now_ms());
-                r.counts = counts;
-                r.failures = failures.clone();
-            })
-            .await?;
+            self.records()
+                .update_switch(switch_id, |r| {
+                    r.phase = phase;
+                    r.finished_at = Some(self.now_ms());
+                    r.counts = counts;
+                    r.failures = failures.clone();
+                })
+                .await?;
             tracing::info!(switch_id, %phase, "cleanup finished");
         }
         Ok(CleanupReport {
@@ -255,8 +258,8 @@ impl Orchestrator {
         if !rec.already_present {
             return Ok(true);
         }
-        let path = format!("{}/{}", self.created_path(id), rec.ledger_id);
-        Ok(self.read_node(&path).await?.is_some())
+        let path = format!("{}/{}", self.records().created_path(id), rec.ledger_id);
+        Ok(self.records().read_node(&path).await?.is_some())
     }
 
     /// The latest switch of every other coordinator of this registry (the
@@ -270,7 +273,7 @@ impl Orchestrator {
             if c.scope() == self.scope() && id == switch_id {
                 continue;
             }
-            if !c.load(&id).await?.0.phase.is_final() {
+            if !c.records().load(&id).await?.0.phase.is_final() {
                 out.push((c, id));
             }
         }
@@ -287,7 +290,7 @@ impl Orchestrator {
         ledger_id: i64,
         bootstrap: Option<&str>,
     ) -> Result<Vec<String>> {
-        let Some(r) = self.read_node(owner_path).await? else {
+        let Some(r) = self.records().read_node(owner_path).await? else {
             return Ok(Vec::new());
         };
         let mut found = Vec::new();
@@ -323,6 +326,7 @@ impl Orchestrator {
         }
         for (other, id) in others {
             let Some(theirs) = other
+                .records()
                 .read_ledger_record(id, rec.kind, rec.ledger_id)
                 .await?
             else {

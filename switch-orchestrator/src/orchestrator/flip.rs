@@ -131,7 +131,7 @@ impl Orchestrator {
             .map(|r| r.ledger_id)
             .collect();
         for _ in 0..self.inner.config.max_schema_cas_attempts.max(1) {
-            let Some(r) = self.read_node(path).await? else {
+            let Some(r) = self.records().read_node(path).await? else {
                 return Ok(Some(BTreeSet::new()));
             };
             let mut locator = SchemaLocator::decode(r.value.as_slice()).map_err(|e| {
@@ -165,6 +165,7 @@ impl Orchestrator {
             fail_point!("orchestrator::schema_cas");
             let expected = ExpectedVersion::Exactly(r.stat.version);
             if self
+                .records()
                 .try_put(path, &locator.encode_to_vec(), expected)
                 .await?
             {
@@ -259,7 +260,7 @@ impl Orchestrator {
         let bootstrap = ctx.bootstrap.as_deref();
         let path = rec.owner_path.clone();
         for _ in 0..self.inner.config.max_schema_cas_attempts.max(1) {
-            let Some(r) = self.read_node(&path).await? else {
+            let Some(r) = self.records().read_node(&path).await? else {
                 return Ok(CursorFlip::Gone);
             };
             let Some(mut info) = decode_cursor(&r.value) else {
@@ -292,6 +293,7 @@ impl Orchestrator {
                 .map_err(|e| OrchestratorError::corrupt_metadata(&path, e))?;
             fail_point!(dir.cursor_failpoint());
             if self
+                .records()
                 .try_put(&path, &bytes, ExpectedVersion::Exactly(r.stat.version))
                 .await?
             {

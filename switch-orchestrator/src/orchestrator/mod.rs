@@ -6,7 +6,7 @@
 //! | file | concern |
 //! | --- | --- |
 //! | `mod.rs` | the type, its configuration, construction and public methods |
-//! | `records.rs` | the switch record, the per-ledger records, the switch lease, status counts |
+//! | `records.rs` | `Records`, which every phase receives: the switch record, the per-ledger records, the leases, status counts |
 //! | `start.rs` | `start_switch` and the idgen precheck; the directive goes through the registry |
 //! | `resume.rs` | the BUILD/PROMOTE passes of `run`, `resume`, `resume_all` |
 //! | `build.rs` | BUILD: copies on the target (made, refreshed, deleted) |
@@ -32,6 +32,7 @@ use crate::model::{
 };
 use crate::owners::{ClusterClients, TopicOwners};
 use crate::usage::{usage, ClusterUsage};
+use records::Records;
 
 /// A failpoint of the switch path: with the `failpoints` feature, configuring
 /// `name` makes the enclosing step return [`OrchestratorError::Injected`]. The
@@ -225,13 +226,12 @@ struct Inner {
     owners: Arc<dyn TopicOwners>,
     config: OrchestratorConfig,
     idgen: Arc<dyn IdgenSource>,
-    /// The clock of switch records, rollback windows and the dual-read timeout.
-    clock: Arc<dyn Clock>,
-    lock: tokio::sync::Mutex<()>,
+    /// The switch and ledger records, the leases, the clock of records,
+    /// rollback windows and the dual-read timeout, and this coordinator's
+    /// identity in leases.
+    records: Arc<Records>,
     copied: AtomicU64,
     already_present: AtomicU64,
-    /// This coordinator's identity in switch leases.
-    instance: String,
     /// A canary: the managed-ledger (and schema id) prefix this coordinator
     /// moves; `None` for cluster-wide switches.
     scope: Option<String>,
@@ -296,6 +296,13 @@ impl Orchestrator {
         owners: Arc<dyn TopicOwners>,
         config: OrchestratorConfig,
     ) -> Orchestrator {
+        let records = Records::new(
+            store.clone(),
+            registry.root(),
+            None,
+            new_instance_id(),
+            Arc::new(SystemClock),
+        );
         Orchestrator {
             inner: Arc::new(Inner {
                 store,
@@ -304,11 +311,9 @@ impl Orchestrator {
                 owners,
                 config,
                 idgen: Arc::new(NoIdgenSource),
-                clock: Arc::new(SystemClock),
-                lock: tokio::sync::Mutex::new(()),
+                records: Arc::new(records),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
-                instance: new_instance_id(),
                 scope: None,
             }),
         }
@@ -329,6 +334,13 @@ impl Orchestrator {
     /// with an identity of its own.
     pub(crate) fn view(&self, scope: Option<&str>) -> Orchestrator {
         let shared = &self.inner;
+        let records = Records::new(
+            shared.store.clone(),
+            shared.registry.root(),
+            scope,
+            new_instance_id(),
+            shared.records.clock().clone(),
+        );
         Orchestrator {
             inner: Arc::new(Inner {
                 store: shared.store.clone(),
@@ -337,11 +349,9 @@ impl Orchestrator {
                 owners: shared.owners.clone(),
                 config: shared.config.clone(),
                 idgen: shared.idgen.clone(),
-                clock: shared.clock.clone(),
-                lock: tokio::sync::Mutex::new(()),
+                records: Arc::new(records),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
-                instance: new_instance_id(),
                 scope: scope.map(str::to_owned),
             }),
         }
@@ -376,7 +386,7 @@ impl Orchestrator {
             let Some(id) = canary.switch_ids().await?.pop() else {
                 continue;
             };
-            let (rec, _) = canary.load(&id).await?;
+            let (rec, _) = canary.records().load(&id).await?;
             if !matches!(
                 rec.phase,
                 Phase::Build | Phase::Promote | Phase::RollingBack
@@ -459,11 +469,9 @@ impl Orchestrator {
             owners: shared.owners.clone(),
             config: shared.config.clone(),
             idgen: shared.idgen.clone(),
-            clock: shared.clock.clone(),
-            lock: tokio::sync::Mutex::new(()),
+            records: shared.records.clone(),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
-            instance: shared.instance.clone(),
             scope: shared.scope.clone(),
         });
         Orchestrator {
@@ -483,21 +491,25 @@ impl Orchestrator {
             owners: shared.owners.clone(),
             config: shared.config.clone(),
             idgen: shared.idgen.clone(),
-            clock: shared.clock.clone(),
-            lock: tokio::sync::Mutex::new(()),
+            records: shared.records.clone(),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
-            instance: shared.instance.clone(),
             scope: shared.scope.clone(),
         });
+        let records = Arc::new(inner.records.with_clock(clock));
         Orchestrator {
-            inner: Arc::new(Inner { clock, ..inner }),
+            inner: Arc::new(Inner { records, ..inner }),
         }
     }
 
     /// Now, in milliseconds since the Unix epoch, by this coordinator's clock.
     fn now_ms(&self) -> i64 {
-        self.inner.clock.now_millis()
+        self.inner.records.now_ms()
+    }
+
+    /// The records and leases every phase works with.
+    fn records(&self) -> &Arc<Records> {
+        &self.inner.records
     }
 
     /// The configuration.
@@ -515,13 +527,7 @@ impl Orchestrator {
 
     /// `<registry root>/orchestrator`.
     pub fn records_root(&self) -> String {
-        match &self.inner.scope {
-            None => format!("{}/orchestrator", self.inner.registry.root()),
-            Some(prefix) => {
-                let hex: String = prefix.bytes().map(|b| format!("{b:02x}")).collect();
-                format!("{}/canaries/{hex}", self.inner.registry.root())
-            }
-        }
+        self.records().root().to_owned()
     }
 
     /// Every recorded switch id, by ascending epoch.
@@ -530,7 +536,7 @@ impl Orchestrator {
     ///
     /// [`OrchestratorError::Metadata`].
     pub async fn switch_ids(&self) -> Result<Vec<String>> {
-        self.recorded_switch_ids().await
+        self.records().recorded_switch_ids().await
     }
 
     /// The status of a switch, with counts computed from its ledger records.
@@ -540,7 +546,7 @@ impl Orchestrator {
     /// [`OrchestratorError::NoSuchSwitch`], [`OrchestratorError::CorruptRecord`],
     /// [`OrchestratorError::Metadata`].
     pub async fn status(&self, switch_id: &str) -> Result<SwitchStatus> {
-        self.read_status(switch_id).await
+        self.records().read_status(switch_id).await
     }
 
     /// The status of the latest switch, if any.
@@ -561,8 +567,13 @@ impl Orchestrator {
     ///
     /// As [`status`](Self::status).
     pub async fn ledger_records(&self, switch_id: &str) -> Result<Vec<LedgerRecord>> {
-        self.load(switch_id).await?;
-        Ok(self.list_ledgers(switch_id).await?.into_values().collect())
+        self.records().load(switch_id).await?;
+        Ok(self
+            .records()
+            .list_ledgers(switch_id)
+            .await?
+            .into_values()
+            .collect())
     }
 
     /// Starts a switch to `target`: validates it, runs the idgen precheck
@@ -627,7 +638,7 @@ impl Orchestrator {
     /// Store errors.
     pub async fn switch_for_epoch(&self, epoch: i64) -> Result<Option<String>> {
         let id = epoch.to_string();
-        match self.load(&id).await {
+        match self.records().load(&id).await {
             Ok(_) => return Ok(Some(id)),
             Err(OrchestratorError::NoSuchSwitch { .. }) => {}
             Err(e) => return Err(e),
@@ -635,7 +646,7 @@ impl Orchestrator {
         let Some(latest) = self.switch_ids().await?.pop() else {
             return Ok(None);
         };
-        let (rec, _) = self.load(&latest).await?;
+        let (rec, _) = self.records().load(&latest).await?;
         Ok((rec.rollback_epoch == Some(epoch)).then_some(latest))
     }
 
@@ -663,7 +674,9 @@ impl Orchestrator {
     /// [`OrchestratorError::WrongPhase`] during a rollback; store, registry and
     /// client errors.
     pub async fn run(&self, switch_id: &str) -> Result<SwitchStatus> {
-        self.leased(switch_id, self.run_passes(switch_id)).await
+        self.records()
+            .leased(switch_id, self.run_passes(switch_id))
+            .await
     }
 
     /// The copies [`cleanup`](Self::cleanup) would delete now.
@@ -692,7 +705,9 @@ impl Orchestrator {
         if opts.dry_run {
             return self.clean_up(switch_id, opts).await;
         }
-        self.leased(switch_id, self.clean_up(switch_id, opts)).await
+        self.records()
+            .leased(switch_id, self.clean_up(switch_id, opts))
+            .await
     }
 
     /// The automatic CLEANUP ([design §3](bkswitch_docs::design),
@@ -716,7 +731,7 @@ impl Orchestrator {
         let Some(id) = self.switch_ids().await?.pop() else {
             return Ok(None);
         };
-        let (rec, _) = self.load(&id).await?;
+        let (rec, _) = self.records().load(&id).await?;
         let now = self.now_ms();
         let due = match rec.phase {
             // A cleanup already started (by hand or by an earlier pass)
@@ -766,7 +781,9 @@ impl Orchestrator {
     /// [`OrchestratorError::NotConverged`] when some stamps could not be
     /// flipped yet (call again); store, registry and client errors.
     pub async fn rollback(&self, switch_id: &str) -> Result<SwitchStatus> {
-        self.leased(switch_id, self.roll_back(switch_id)).await
+        self.records()
+            .leased(switch_id, self.roll_back(switch_id))
+            .await
     }
 
     /// What a run of the switch `rec` works with: its clusters' clients and the

@@ -20,8 +20,8 @@ impl Orchestrator {
         act: bool,
     ) -> Result<usize> {
         let mut built = 0;
-        for dir in self.record_dirs(&ctx.id).await? {
-            let records = self.read_record_dir(&dir).await?;
+        for dir in self.records().record_dirs(&ctx.id).await? {
+            let records = self.records().read_record_dir(&dir).await?;
             let n = records
                 .values()
                 .filter(|r| r.state == LedgerState::Built)
@@ -30,7 +30,8 @@ impl Orchestrator {
             if n > 0 && act {
                 if *phase != Phase::Promote {
                     *phase = Phase::Promote;
-                    self.update_switch(&ctx.id, |r| r.phase = Phase::Promote)
+                    self.records()
+                        .update_switch(&ctx.id, |r| r.phase = Phase::Promote)
                         .await?;
                 }
                 self.promote(ctx, records).await?;
@@ -79,7 +80,8 @@ impl Orchestrator {
         };
         for rec in &mut recs {
             if on_target.contains(&rec.ledger_id) {
-                self.set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                self.records()
+                    .set_state(&ctx.id, rec, LedgerState::Promoted, None)
                     .await?;
             } else {
                 self.obsolete(ctx, rec, "the schema version was deleted before PROMOTE")
@@ -95,7 +97,8 @@ impl Orchestrator {
         let rec = &mut rec;
         match self.flip_cursor(ctx, Direction::Promote, rec).await? {
             CursorFlip::Done => {
-                self.set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                self.records()
+                    .set_state(&ctx.id, rec, LedgerState::Promoted, None)
                     .await
             }
             CursorFlip::RolledOverByOwner(new_id) | CursorFlip::MovedOn(new_id) => {
@@ -110,17 +113,20 @@ impl Orchestrator {
                     "the cursor ledger is stamped to {stamp:?}, neither `{}` nor `{}`",
                     ctx.source, ctx.target
                 );
-                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                self.records()
+                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Refused(e) => {
                 let ml = rec.managed_ledger.clone().unwrap_or_default();
                 let reason = format!("the owner of `{ml}` refused: {e}");
-                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                self.records()
+                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Failed(reason) => {
-                self.set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                self.records()
+                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Waiting => Ok(()),
@@ -132,22 +138,24 @@ impl Orchestrator {
     async fn rolled_over(&self, ctx: &Ctx, rec: &mut LedgerRecord, new_id: i64) -> Result<()> {
         self.delete_target_copy(ctx, rec).await?;
         rec.rollover_ledger_id = Some(new_id);
-        self.set_state(
-            &ctx.id,
-            rec,
-            LedgerState::RolledOver,
-            Some(format!(
-                "promotedViaRolloverFallback: the cursor moved on to ledger {new_id}"
-            )),
-        )
-        .await
+        self.records()
+            .set_state(
+                &ctx.id,
+                rec,
+                LedgerState::RolledOver,
+                Some(format!(
+                    "promotedViaRolloverFallback: the cursor moved on to ledger {new_id}"
+                )),
+            )
+            .await
     }
 
     /// The metadata that named the ledger went away before PROMOTE: its copy
     /// is not needed.
     async fn obsolete(&self, ctx: &Ctx, rec: &mut LedgerRecord, reason: &str) -> Result<()> {
         self.delete_target_copy(ctx, rec).await?;
-        self.set_state(&ctx.id, rec, LedgerState::Obsolete, Some(reason.to_owned()))
+        self.records()
+            .set_state(&ctx.id, rec, LedgerState::Obsolete, Some(reason.to_owned()))
             .await
     }
 }

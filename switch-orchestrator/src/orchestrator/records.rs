@@ -8,12 +8,14 @@
 //! new coordinator resumes from them ([I6](bkswitch_docs::invariants::I6)).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, GetResult};
+use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataStore};
+use bkswitch_mledger_spi::Clock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Orchestrator, MAX_FAILURES_LISTED};
+use super::MAX_FAILURES_LISTED;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{Counts, Failure, LedgerRecord, LedgerState, SwitchRecord, SwitchStatus};
 
@@ -28,10 +30,85 @@ const RECORD_CAS_ATTEMPTS: usize = 16;
 /// one bucket).
 pub(crate) const RECORD_BUCKET: i64 = 1024;
 
-impl Orchestrator {
+/// The records of one coordinator (cluster-wide, or a canary's) and the
+/// leases it takes: the metadata store, where its records live, its identity
+/// in leases and the clock it stamps records with. Every phase receives it
+/// (`Orchestrator::records`) and reaches the store through it.
+pub(crate) struct Records {
+    store: Arc<dyn MetadataStore>,
+    /// The registry's root (`/admin/bookie-clusters`): the coordinator lease
+    /// is under it.
+    registry_root: String,
+    /// `<registry root>/orchestrator`, or a canary's
+    /// `<registry root>/canaries/<hex of the prefix>`.
+    root: String,
+    /// This coordinator's identity in leases.
+    instance: String,
+    /// The clock of switch and ledger records.
+    clock: Arc<dyn Clock>,
+    /// One operation of this coordinator at a time.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Records {
+    /// The records of the coordinator of `scope` (a canary's prefix, or
+    /// `None`: cluster-wide) under `registry_root`, with the identity
+    /// `instance` in leases.
+    pub(super) fn new(
+        store: Arc<dyn MetadataStore>,
+        registry_root: &str,
+        scope: Option<&str>,
+        instance: String,
+        clock: Arc<dyn Clock>,
+    ) -> Records {
+        let root = match scope {
+            None => format!("{registry_root}/orchestrator"),
+            Some(prefix) => {
+                let hex: String = prefix.bytes().map(|b| format!("{b:02x}")).collect();
+                format!("{registry_root}/canaries/{hex}")
+            }
+        };
+        Records {
+            store,
+            registry_root: registry_root.to_owned(),
+            root,
+            instance,
+            clock,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The same records with another clock (the same identity, a lock of
+    /// its own).
+    pub(super) fn with_clock(&self, clock: Arc<dyn Clock>) -> Records {
+        Records {
+            store: self.store.clone(),
+            registry_root: self.registry_root.clone(),
+            root: self.root.clone(),
+            instance: self.instance.clone(),
+            clock,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Where the switch records live.
+    pub(super) fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// The clock records are stamped with.
+    pub(super) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Now, in milliseconds since the Unix epoch, by the records' clock.
+    pub(super) fn now_ms(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
     /// `<root>/orchestrator/<switchId>`.
     pub(super) fn switch_path(&self, id: &str) -> String {
-        format!("{}/{id}", self.records_root())
+        format!("{}/{id}", self.root)
     }
 
     fn ledgers_path(&self, id: &str) -> String {
@@ -62,8 +139,7 @@ impl Orchestrator {
 
     /// Reads a node (`None` when it does not exist).
     pub(super) async fn read_node(&self, path: &str) -> Result<Option<GetResult>> {
-        self.inner
-            .store
+        self.store
             .get(path)
             .await
             .map_err(|e| OrchestratorError::metadata(format!("reading `{path}`"), e))
@@ -77,7 +153,7 @@ impl Orchestrator {
         bytes: &[u8],
         expected: ExpectedVersion,
     ) -> Result<bool> {
-        match self.inner.store.put(path, bytes, expected).await {
+        match self.store.put(path, bytes, expected).await {
             Ok(_) => Ok(true),
             Err(e) if e.is_conflict() => Ok(false),
             Err(e) => Err(OrchestratorError::metadata(format!("writing `{path}`"), e)),
@@ -105,7 +181,6 @@ impl Orchestrator {
         let path = self.switch_path(&rec.switch_id);
         let bytes = encode_json(&path, rec)?;
         match self
-            .inner
             .store
             .put(&path, &bytes, ExpectedVersion::NotExists)
             .await
@@ -142,11 +217,10 @@ impl Orchestrator {
 
     /// Every recorded switch id, by ascending epoch.
     pub(super) async fn recorded_switch_ids(&self) -> Result<Vec<String>> {
-        let root = self.records_root();
+        let root = &self.root;
         let mut ids: Vec<(i64, String)> = self
-            .inner
             .store
-            .children(&root)
+            .children(root)
             .await
             .map_err(|e| OrchestratorError::metadata(format!("listing `{root}`"), e))?
             .into_iter()
@@ -250,7 +324,6 @@ impl Orchestrator {
             format!("{base}/{key}"),
         ] {
             let found = self
-                .inner
                 .store
                 .exists(&path)
                 .await
@@ -283,8 +356,7 @@ impl Orchestrator {
     }
 
     async fn list(&self, path: &str) -> Result<Vec<String>> {
-        self.inner
-            .store
+        self.store
             .children(path)
             .await
             .map_err(|e| OrchestratorError::metadata(format!("listing `{path}`"), e))
@@ -313,7 +385,7 @@ impl Orchestrator {
         fail_point!("orchestrator::ledger_record");
         // A record an earlier version wrote flat is updated where it is.
         let flat = format!("{}/{}", self.ledgers_path(id), rec.key());
-        let path = match self.inner.store.exists(&flat).await {
+        let path = match self.store.exists(&flat).await {
             Ok(Some(_)) => flat,
             Ok(None) => self.record_path(id, rec),
             Err(e) => return Err(OrchestratorError::metadata(format!("reading `{flat}`"), e)),
@@ -321,7 +393,6 @@ impl Orchestrator {
         let bytes = encode_json(&path, &*rec)?;
         for _ in 0..RECORD_CAS_ATTEMPTS {
             let expected = match self
-                .inner
                 .store
                 .exists(&path)
                 .await
@@ -362,10 +433,7 @@ impl Orchestrator {
     /// `<registry root>/orchestrator/coordinator-lease`: the one exclusion of all
     /// coordinator work on the clusters of this registry.
     pub(super) fn work_lease_path(&self) -> String {
-        format!(
-            "{}/orchestrator/coordinator-lease",
-            self.inner.registry.root()
-        )
+        format!("{}/orchestrator/coordinator-lease", self.registry_root)
     }
 
     /// Runs `body` as the only coordinator work on these clusters: one
@@ -377,18 +445,17 @@ impl Orchestrator {
     /// holder's metadata session (a crashed node), and is released when
     /// `body` returns or is dropped.
     pub(super) async fn exclusive<T>(
-        &self,
+        self: &Arc<Self>,
         what: &str,
         body: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let _one_at_a_time = self.inner.lock.lock().await;
+        let _one_at_a_time = self.lock.lock().await;
         // The lease's parent (`<root>/orchestrator`) does not exist before
         // the first switch; creating the lease creates it. A start refused
         // before anything was recorded must leave the store as it was, so
         // the parent goes again when it is still empty.
-        let parent = format!("{}/orchestrator", self.inner.registry.root());
+        let parent = format!("{}/orchestrator", self.registry_root);
         let fresh = self
-            .inner
             .store
             .exists(&parent)
             .await
@@ -398,11 +465,11 @@ impl Orchestrator {
         let result = match acquired {
             Ok(()) => {
                 let mut guard = LeaseGuard {
-                    orchestrator: Some(self.clone()),
+                    records: Some(self.clone()),
                     id: None,
                 };
                 let result = body.await;
-                guard.orchestrator = None;
+                guard.records = None;
                 self.release_work_lease().await;
                 result
             }
@@ -417,7 +484,7 @@ impl Orchestrator {
     /// Deletes `path` when it has no children (a node given children
     /// meanwhile is kept: the store refuses to delete it).
     async fn remove_if_empty(&self, path: &str) {
-        let store = &self.inner.store;
+        let store = &self.store;
         if let (Ok(children), Ok(Some(stat))) =
             (store.children(path).await, store.exists(path).await)
         {
@@ -434,7 +501,7 @@ impl Orchestrator {
     /// two coordinators never work on one switch at once (e.g. a leader
     /// whose session expired mid-BUILD and the leader elected after it).
     pub(super) async fn leased<T>(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         body: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
@@ -444,11 +511,11 @@ impl Orchestrator {
             // (the caller was cancelled): otherwise the lease would last as
             // long as the metadata session.
             let mut guard = LeaseGuard {
-                orchestrator: Some(self.clone()),
+                records: Some(self.clone()),
                 id: Some(id.to_owned()),
             };
             let result = body.await;
-            guard.orchestrator = None;
+            guard.records = None;
             self.release_lease(id).await;
             result
         })
@@ -457,13 +524,8 @@ impl Orchestrator {
 
     async fn acquire_work_lease(&self, what: &str) -> Result<()> {
         let path = self.work_lease_path();
-        let me = self.inner.instance.as_bytes();
-        match self
-            .inner
-            .store
-            .create(&path, me, CreateMode::EPHEMERAL)
-            .await
-        {
+        let me = self.instance.as_bytes();
+        match self.store.create(&path, me, CreateMode::EPHEMERAL).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => match self.read_node(&path).await? {
                 // Left by an operation of this instance that was dropped
@@ -495,13 +557,8 @@ impl Orchestrator {
         // The switch must exist (its record is the lease's parent).
         self.load(id).await?;
         let path = self.lease_path(id);
-        let me = self.inner.instance.as_bytes();
-        match self
-            .inner
-            .store
-            .create(&path, me, CreateMode::EPHEMERAL)
-            .await
-        {
+        let me = self.instance.as_bytes();
+        match self.store.create(&path, me, CreateMode::EPHEMERAL).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => match self.read_node(&path).await? {
                 Some(r) if r.value == me => Ok(()),
@@ -519,10 +576,9 @@ impl Orchestrator {
 
     /// Deletes a lease node if this instance holds it.
     async fn release_node(&self, path: &str) {
-        if let Ok(Some(r)) = self.inner.store.get(path).await {
-            if r.value == self.inner.instance.as_bytes() {
+        if let Ok(Some(r)) = self.store.get(path).await {
+            if r.value == self.instance.as_bytes() {
                 let _ = self
-                    .inner
                     .store
                     .delete(path, ExpectedVersion::Exactly(r.stat.version))
                     .await;
@@ -534,7 +590,7 @@ impl Orchestrator {
     /// session expired and another coordinator may have taken over).
     async fn check_lease(&self, id: &str) -> Result<()> {
         match self.read_node(&self.lease_path(id)).await? {
-            Some(r) if r.value == self.inner.instance.as_bytes() => Ok(()),
+            Some(r) if r.value == self.instance.as_bytes() => Ok(()),
             Some(r) => Err(locked(id, String::from_utf8_lossy(&r.value).into_owned())),
             None => Err(locked(
                 id,
@@ -554,7 +610,7 @@ impl Orchestrator {
         self.check_lease(id).await?;
         let path = self.work_lease_path();
         match self.read_node(&path).await? {
-            Some(r) if r.value == self.inner.instance.as_bytes() => Ok(()),
+            Some(r) if r.value == self.instance.as_bytes() => Ok(()),
             _ => Err(locked(
                 id,
                 format!(
@@ -568,14 +624,14 @@ impl Orchestrator {
 
 /// Releases the leases of an operation dropped before it ends.
 struct LeaseGuard {
-    orchestrator: Option<Orchestrator>,
+    records: Option<Arc<Records>>,
     /// The switch whose lease is held; `None`: the coordinator lease.
     id: Option<String>,
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        let Some(o) = self.orchestrator.take() else {
+        let Some(o) = self.records.take() else {
             return;
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -16,7 +16,7 @@ impl Orchestrator {
     pub(super) async fn resume_unfinished(&self) -> Result<Vec<SwitchStatus>> {
         let mut out = Vec::new();
         for id in self.switch_ids().await? {
-            let (rec, _) = self.load(&id).await?;
+            let (rec, _) = self.records().load(&id).await?;
             match rec.phase {
                 Phase::Build | Phase::Promote => out.push(self.run(&id).await?),
                 Phase::RollingBack => out.push(self.rollback(&id).await?),
@@ -28,7 +28,7 @@ impl Orchestrator {
 
     /// [`Orchestrator::resume`].
     pub(super) async fn resume_one(&self, switch_id: &str) -> Result<SwitchStatus> {
-        let (rec, _) = self.load(switch_id).await?;
+        let (rec, _) = self.records().load(switch_id).await?;
         if rec.phase == Phase::RollingBack {
             return self.rollback(switch_id).await;
         }
@@ -39,7 +39,7 @@ impl Orchestrator {
     /// the source holds that no record names yet) then PROMOTE (every BUILT
     /// record), until nothing is left on the source.
     pub(super) async fn run_passes(&self, switch_id: &str) -> Result<SwitchStatus> {
-        let (rec, _) = self.load(switch_id).await?;
+        let (rec, _) = self.records().load(switch_id).await?;
         match rec.phase {
             Phase::Build | Phase::Promote => {}
             Phase::RollingBack => {
@@ -66,32 +66,35 @@ impl Orchestrator {
             if pending == 0 && built == 0 {
                 let mut counts = Counts::default();
                 let mut failures = Vec::new();
-                self.for_each_record_page(switch_id, |page| {
-                    tally(&mut counts, &mut failures, &page)
-                })
-                .await?;
+                self.records()
+                    .for_each_record_page(switch_id, |page| {
+                        tally(&mut counts, &mut failures, &page)
+                    })
+                    .await?;
                 let window = cfg.rollback_window;
-                self.update_switch(switch_id, |r| {
-                    let now = self.now_ms();
-                    r.phase = Phase::Switched;
-                    r.switched_at = Some(now);
-                    r.rollback_deadline = Some(window_end(now, window));
-                    r.counts = counts;
-                    r.failures = failures.clone();
-                })
-                .await?;
+                self.records()
+                    .update_switch(switch_id, |r| {
+                        let now = self.now_ms();
+                        r.phase = Phase::Switched;
+                        r.switched_at = Some(now);
+                        r.rollback_deadline = Some(window_end(now, window));
+                        r.counts = counts;
+                        r.failures = failures.clone();
+                    })
+                    .await?;
                 tracing::info!(switch_id, "switch reached SWITCHED");
                 return self.status(switch_id).await;
             }
         }
         let mut waiting = 0usize;
-        self.for_each_record_page(switch_id, |page| {
-            waiting += page
-                .values()
-                .filter(|r| r.state == LedgerState::Built)
-                .count();
-        })
-        .await?;
+        self.records()
+            .for_each_record_page(switch_id, |page| {
+                waiting += page
+                    .values()
+                    .filter(|r| r.state == LedgerState::Built)
+                    .count();
+            })
+            .await?;
         Err(OrchestratorError::NotConverged {
             switch_id: switch_id.to_owned(),
             phase,
@@ -118,7 +121,11 @@ impl Orchestrator {
                 {
                     continue;
                 }
-                if !self.has_ledger_record(&ctx.id, f.kind, f.ledger_id).await? {
+                if !self
+                    .records()
+                    .has_ledger_record(&ctx.id, f.kind, f.ledger_id)
+                    .await?
+                {
                     pending.push(f);
                 }
             }
@@ -128,7 +135,8 @@ impl Orchestrator {
             }
             if *phase != Phase::Build {
                 *phase = Phase::Build;
-                self.update_switch(&ctx.id, |r| r.phase = Phase::Build)
+                self.records()
+                    .update_switch(&ctx.id, |r| r.phase = Phase::Build)
                     .await?;
             }
             self.build(ctx, pending).await?;

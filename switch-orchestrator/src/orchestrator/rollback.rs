@@ -11,7 +11,7 @@ use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase, SwitchStatus};
 impl Orchestrator {
     /// [`Orchestrator::rollback`], holding the lease.
     pub(super) async fn roll_back(&self, switch_id: &str) -> Result<SwitchStatus> {
-        let (sw, _) = self.load(switch_id).await?;
+        let (sw, _) = self.records().load(switch_id).await?;
         if sw.cleanup_started
             || matches!(
                 sw.phase,
@@ -62,6 +62,7 @@ impl Orchestrator {
             }
         }
         let mut sw = self
+            .records()
             .update_switch(switch_id, |r| r.phase = Phase::RollingBack)
             .await?;
         if sw.rollback_epoch.is_none() {
@@ -81,6 +82,7 @@ impl Orchestrator {
                 }
             };
             sw = self
+                .records()
                 .update_switch(switch_id, |r| r.rollback_epoch = Some(epoch))
                 .await?;
         }
@@ -90,8 +92,8 @@ impl Orchestrator {
         let ctx = self.flip_ctx(&sw).await?;
         // One bucket of records at a time (see `records.rs`).
         let mut waiting = 0usize;
-        for dir in self.record_dirs(switch_id).await? {
-            let records = self.read_record_dir(&dir).await?;
+        for dir in self.records().record_dirs(switch_id).await? {
+            let records = self.records().read_record_dir(&dir).await?;
             waiting += self.roll_back_page(&ctx, records).await?;
         }
         if waiting > 0 {
@@ -102,13 +104,14 @@ impl Orchestrator {
             });
         }
         let window = self.inner.config.rollback_window;
-        self.update_switch(switch_id, |r| {
-            r.phase = Phase::RolledBack;
-            if r.rollback_deadline.is_none() {
-                r.rollback_deadline = Some(window_end(self.now_ms(), window));
-            }
-        })
-        .await?;
+        self.records()
+            .update_switch(switch_id, |r| {
+                r.phase = Phase::RolledBack;
+                if r.rollback_deadline.is_none() {
+                    r.rollback_deadline = Some(window_end(self.now_ms(), window));
+                }
+            })
+            .await?;
         tracing::info!(switch_id, "switch rolled back");
         self.status(switch_id).await
     }
@@ -126,7 +129,8 @@ impl Orchestrator {
         for mut rec in records.into_values() {
             match (rec.state, rec.kind) {
                 (LedgerState::Built, _) => {
-                    self.set_state(switch_id, &mut rec, LedgerState::RolledBack, None)
+                    self.records()
+                        .set_state(switch_id, &mut rec, LedgerState::RolledBack, None)
                         .await?;
                 }
                 (LedgerState::Promoted, LedgerKind::Schema) => {
@@ -160,7 +164,9 @@ impl Orchestrator {
                 } else {
                     LedgerState::Obsolete
                 };
-                self.set_state(switch_id, rec, state, None).await?;
+                self.records()
+                    .set_state(switch_id, rec, state, None)
+                    .await?;
             }
         }
         Ok(waiting)
@@ -193,7 +199,9 @@ impl Orchestrator {
             }
             CursorFlip::Waiting => return Ok(false),
         };
-        self.set_state(&ctx.id, rec, state, reason).await?;
+        self.records()
+            .set_state(&ctx.id, rec, state, reason)
+            .await?;
         Ok(true)
     }
 }

@@ -34,11 +34,13 @@ impl Orchestrator {
         loop {
             let started = match self.inner.scope.clone() {
                 Some(prefix) => {
-                    self.exclusive(&what, self.start_canary(&prefix, target, origin))
+                    self.records()
+                        .exclusive(&what, self.start_canary(&prefix, target, origin))
                         .await
                 }
                 None => {
-                    self.exclusive(&what, self.start_cluster_wide(target, origin))
+                    self.records()
+                        .exclusive(&what, self.start_cluster_wide(target, origin))
                         .await
                 }
             };
@@ -69,7 +71,7 @@ impl Orchestrator {
         match self.scope() {
             Some(prefix) => {
                 if let Some(id) = self.switch_ids().await?.pop() {
-                    let (rec, _) = self.load(&id).await?;
+                    let (rec, _) = self.records().load(&id).await?;
                     if unfinished(rec.phase) {
                         return Err(OrchestratorError::SwitchInProgress {
                             switch_id: id,
@@ -82,7 +84,7 @@ impl Orchestrator {
             }
             None => {
                 let latest = match self.switch_ids().await?.pop() {
-                    Some(id) => Some(self.load(&id).await?.0),
+                    Some(id) => Some(self.records().load(&id).await?.0),
                     None => None,
                 };
                 if let Some(rec) = &latest {
@@ -127,7 +129,7 @@ impl Orchestrator {
         let Some(latest) = self.switch_ids().await?.pop() else {
             return Ok(None);
         };
-        let (rec, _) = self.load(&latest).await?;
+        let (rec, _) = self.records().load(&latest).await?;
         if rec.epoch != epoch {
             return Ok(None);
         }
@@ -165,7 +167,7 @@ impl Orchestrator {
             let Some(id) = canary.switch_ids().await?.pop() else {
                 continue;
             };
-            let (rec, _) = canary.load(&id).await?;
+            let (rec, _) = canary.records().load(&id).await?;
             if !rec.phase.is_built() || matches!(rec.phase, Phase::RollingBack | Phase::Cleanup) {
                 return Err(OrchestratorError::SwitchInProgress {
                     switch_id: format!("canary {id} of `{prefix}`"),
@@ -180,7 +182,7 @@ impl Orchestrator {
         let seen = registry.switch_directive_versioned().await?;
         if let Some((d, _)) = &seen {
             if d.target == target {
-                match self.load(&d.epoch.to_string()).await {
+                match self.records().load(&d.epoch.to_string()).await {
                     Ok(_) => return self.status(&d.epoch.to_string()).await,
                     Err(OrchestratorError::NoSuchSwitch { .. }) => {}
                     Err(e) => return Err(e),
@@ -194,7 +196,7 @@ impl Orchestrator {
         }
         let source = self.active_cluster().await?;
         let latest = match self.switch_ids().await?.pop() {
-            Some(id) => Some(self.load(&id).await?.0),
+            Some(id) => Some(self.records().load(&id).await?.0),
             None => None,
         };
         // Checked before "already ACTIVE": during CLEANUP the source still is
@@ -289,7 +291,7 @@ impl Orchestrator {
             counts: Counts::default(),
             failures: Vec::new(),
         };
-        self.create_switch(&rec).await?;
+        self.records().create_switch(&rec).await?;
         tracing::info!(switch_id = %id, source = %rec.source, target, "switch started");
         self.status(&id).await
     }
@@ -318,7 +320,7 @@ impl Orchestrator {
             });
         }
         let latest = match self.switch_ids().await?.pop() {
-            Some(id) => Some(self.load(&id).await?.0),
+            Some(id) => Some(self.records().load(&id).await?.0),
             None => None,
         };
         let (overrides, _) = registry.prefix_overrides().await?;
@@ -378,7 +380,7 @@ impl Orchestrator {
             counts: Counts::default(),
             failures: Vec::new(),
         };
-        self.create_switch(&rec).await?;
+        self.records().create_switch(&rec).await?;
         tracing::info!(prefix, switch_id = %rec.switch_id, target, "canary started");
         self.status(&rec.switch_id).await
     }
@@ -405,7 +407,7 @@ impl Orchestrator {
             let Some(id) = other.switch_ids().await?.pop() else {
                 continue;
             };
-            let (rec, _) = other.load(&id).await?;
+            let (rec, _) = other.records().load(&id).await?;
             if unfinished(rec.phase) {
                 return Err(OrchestratorError::SwitchInProgress {
                     switch_id: match name {
@@ -471,7 +473,7 @@ impl Orchestrator {
             });
         }
         let latest = match self.switch_ids().await?.pop() {
-            Some(id) => Some(self.load(&id).await?.0),
+            Some(id) => Some(self.records().load(&id).await?.0),
             None => None,
         };
         let mut source = self.active_cluster().await?;
