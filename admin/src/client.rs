@@ -23,10 +23,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::wire::{
-    CleanupReport, CleanupRequest, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody,
+    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody,
     NodeStatus, PrecheckResult, PromoteCursorRequest, PromoteCursorResponse, ReadMode,
     ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest, SwitchRequest,
-    SwitchStatus, BASE_PATH,
+    SwitchStatusDoc, BASE_PATH,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -340,7 +340,7 @@ impl AdminClient {
     ///
     /// [`ClientError::Api`] with 409 when the precheck fails (`details` = the
     /// precheck result) or the switch is refused; the other [`ClientError`]s.
-    pub async fn switch(&self, target: &str) -> Result<SwitchStatus, ClientError> {
+    pub async fn switch(&self, target: &str) -> Result<SwitchStatusDoc, ClientError> {
         let body = SwitchRequest {
             target: target.to_owned(),
         };
@@ -357,7 +357,7 @@ impl AdminClient {
         &self,
         prefix: &str,
         cluster: &str,
-    ) -> Result<SwitchStatus, ClientError> {
+    ) -> Result<SwitchStatusDoc, ClientError> {
         let body = crate::wire::OverrideRequest {
             prefix: prefix.to_owned(),
             cluster: cluster.to_owned(),
@@ -371,7 +371,7 @@ impl AdminClient {
     /// # Errors
     ///
     /// As [`rollback`](Self::rollback).
-    pub async fn remove_override(&self, prefix: &str) -> Result<SwitchStatus, ClientError> {
+    pub async fn remove_override(&self, prefix: &str) -> Result<SwitchStatusDoc, ClientError> {
         let body = crate::wire::RemoveOverrideRequest {
             prefix: prefix.to_owned(),
         };
@@ -424,7 +424,7 @@ impl AdminClient {
     ///
     /// [`ClientError::Api`] with 409 inside the rollback window without
     /// `force`; the other [`ClientError`]s.
-    pub async fn cleanup(&self, request: &CleanupRequest) -> Result<CleanupReport, ClientError> {
+    pub async fn cleanup(&self, request: &CleanupRequest) -> Result<CleanupReportDoc, ClientError> {
         self.call(Method::POST, "/cleanup", Some(to_body(request)))
             .await
     }
@@ -451,7 +451,7 @@ impl AdminClient {
     ///
     /// [`ClientError::Api`] with 409 outside the rollback window or after
     /// cleanup; the other [`ClientError`]s.
-    pub async fn rollback(&self) -> Result<SwitchStatus, ClientError> {
+    pub async fn rollback(&self) -> Result<SwitchStatusDoc, ClientError> {
         self.call(
             Method::POST,
             "/rollback",

@@ -4,17 +4,17 @@
 
 use std::sync::Arc;
 
-use bkswitch_bk_client::testkit::{all_rules, run_rule, MemoryTestEnv, RULE_NAMES};
+use bkswitch_bk_client::testkit::{all_rules, run_rule, MemoryBookKeeperTestEnv, RULE_NAMES};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_rules_concurrently_on_one_cluster() {
-    let env = Arc::new(MemoryTestEnv::new());
+    let env = Arc::new(MemoryBookKeeperTestEnv::new());
     for _round in 0..3 {
         let tasks: Vec<_> = (0..RULE_NAMES.len())
             .map(|i| {
                 let env = env.clone();
                 tokio::spawn(async move {
-                    let rules = all_rules::<MemoryTestEnv>();
+                    let rules = all_rules::<MemoryBookKeeperTestEnv>();
                     run_rule(&rules[i], &*env).await
                 })
             })

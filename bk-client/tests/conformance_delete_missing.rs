@@ -1,10 +1,10 @@
 //! The conformance suite once per `DeleteMissing` setting of the in-memory cluster.
 
-use bkswitch_bk_client::testkit::MemoryTestEnv;
+use bkswitch_bk_client::testkit::MemoryBookKeeperTestEnv;
 use bkswitch_bk_client::{DeleteMissing, MemoryCluster, MemoryClusterConfig};
 
-fn env(behaviour: DeleteMissing) -> MemoryTestEnv {
-    MemoryTestEnv::with_cluster(MemoryCluster::with_config(
+fn env(behaviour: DeleteMissing) -> MemoryBookKeeperTestEnv {
+    MemoryBookKeeperTestEnv::with_cluster(MemoryCluster::with_config(
         "delete-missing",
         MemoryClusterConfig::default().with_delete_missing(behaviour),
     ))
@@ -35,7 +35,7 @@ async fn declared_behaviour_must_match() {
     use bkswitch_bk_client::testkit::{async_trait, BookKeeperTestEnv};
     use bkswitch_bk_client::{LedgerConfig, MemoryBookKeeper};
 
-    struct Lying(MemoryTestEnv);
+    struct Lying(MemoryBookKeeperTestEnv);
     #[async_trait]
     impl BookKeeperTestEnv for Lying {
         type Client = MemoryBookKeeper;

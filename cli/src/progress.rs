@@ -7,17 +7,17 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use bkswitch_admin::wire::SwitchStatus;
+use bkswitch_admin::wire::SwitchStatusDoc;
 
 /// `(BUILD failures, PROMOTE failures)`.
-fn split_failures(s: &SwitchStatus) -> (u64, u64) {
+fn split_failures(s: &SwitchStatusDoc) -> (u64, u64) {
     let c = s.counts();
     let build_failed = c.failed.min(c.to_build.saturating_sub(c.built));
     (build_failed, c.failed - build_failed)
 }
 
 /// BUILD progress: `(done, total)` = (built + build failures, toBuild).
-pub(crate) fn build_progress(s: &SwitchStatus) -> (u64, u64) {
+pub(crate) fn build_progress(s: &SwitchStatusDoc) -> (u64, u64) {
     let c = s.counts();
     let (build_failed, _) = split_failures(s);
     ((c.built + build_failed).min(c.to_build), c.to_build)
@@ -25,7 +25,7 @@ pub(crate) fn build_progress(s: &SwitchStatus) -> (u64, u64) {
 
 /// PROMOTE progress: `(done, total)` = (promoted + rolloverFallback +
 /// promote failures, built).
-pub(crate) fn promote_progress(s: &SwitchStatus) -> (u64, u64) {
+pub(crate) fn promote_progress(s: &SwitchStatusDoc) -> (u64, u64) {
     let c = s.counts();
     let (_, promote_failed) = split_failures(s);
     (
@@ -66,7 +66,7 @@ impl SwitchBars {
     }
 
     /// Shows the counters of `s`.
-    pub(crate) fn update(&self, s: &SwitchStatus) {
+    pub(crate) fn update(&self, s: &SwitchStatusDoc) {
         let phase = s.phase_name().unwrap_or("?").to_owned();
         let c = s.counts();
         let (b, bt) = build_progress(s);
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn failures_count_against_build_first_then_promote() {
-        let s = |counts: Value| SwitchStatus(json!({ "counts": counts }));
+        let s = |counts: Value| SwitchStatusDoc(json!({ "counts": counts }));
         // Build still running: the failure is a build failure.
         let during = s(json!({"toBuild": 4, "built": 2, "failed": 1}));
         assert_eq!(build_progress(&during), (3, 4));
@@ -119,7 +119,7 @@ mod tests {
     #[test]
     fn progress_bars_follow_the_counters() {
         let bars = SwitchBars::with_target(ProgressDrawTarget::hidden());
-        bars.update(&SwitchStatus(json!({
+        bars.update(&SwitchStatusDoc(json!({
             "phase": "PROMOTE",
             "counts": {"toBuild": 10, "built": 8, "failed": 2, "promoted": 3, "rolloverFallback": 1},
         })));

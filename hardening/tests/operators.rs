@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_admin::wire::{CleanupRequest, SwitchStatus};
+use bkswitch_admin::wire::{CleanupRequest, SwitchStatusDoc};
 use bkswitch_admin::Node;
 use bkswitch_admin::{AdminClient, ClientError};
 use bkswitch_bk_client::MemoryClusters;
@@ -129,11 +129,11 @@ struct Outcomes {
 async fn check_round(
     nodes: &[Node],
     targets: [&str; 2],
-    answers: [Result<SwitchStatus, ClientError>; 2],
+    answers: [Result<SwitchStatusDoc, ClientError>; 2],
     out: &mut Outcomes,
 ) {
     out.rounds += 1;
-    let wins: Vec<(usize, &SwitchStatus)> = answers
+    let wins: Vec<(usize, &SwitchStatusDoc)> = answers
         .iter()
         .enumerate()
         .filter_map(|(i, a)| a.as_ref().ok().map(|s| (i, s)))

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, ManagedLedgerErrorKind, Position};
 use bkswitch_proto::schema::IndexEntry;
 use bkswitch_proto::{Message, Stamped};
-use bkswitch_switch_orchestrator::{LedgerState, Phase, SwitchStatus};
+use bkswitch_switch_orchestrator::{Phase, SwitchLedgerState, SwitchStatus};
 use embedded::*;
 
 const ROUNDS: usize = 5;
@@ -187,7 +187,7 @@ async fn check_failures(
     let records = orch.ledger_records(&status.switch_id).await.unwrap();
     let failed: Vec<_> = records
         .iter()
-        .filter(|r| r.state == LedgerState::Failed)
+        .filter(|r| r.state == SwitchLedgerState::Failed)
         .collect();
     assert_eq!(status.counts.failed as usize, failed.len());
     if strict {
@@ -329,11 +329,11 @@ async fn acks_and_rollovers(strict: bool) {
             assert!(
                 matches!(
                     r.state,
-                    LedgerState::Promoted
-                        | LedgerState::RolledOver
-                        | LedgerState::Deleted
-                        | LedgerState::Obsolete
-                        | LedgerState::Failed
+                    SwitchLedgerState::Promoted
+                        | SwitchLedgerState::RolledOver
+                        | SwitchLedgerState::Deleted
+                        | SwitchLedgerState::Obsolete
+                        | SwitchLedgerState::Failed
                 ),
                 "round {round}: {r:?}"
             );

@@ -17,8 +17,8 @@ mod usage;
 
 pub use error::{OrchestratorError, Result, RetryableError};
 pub use model::{
-    CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, LedgerRecord,
-    LedgerState, Phase, SwitchRecord, SwitchStatus,
+    CleanupOptions, CleanupReport, CleanupTarget, Counts, Failure, LedgerKind, Phase,
+    SwitchLedgerRecord, SwitchLedgerState, SwitchRecord, SwitchStatus,
 };
 pub use orchestrator::{
     CopyStats, Orchestrator, OrchestratorConfig, DEFAULT_IDGEN_SAFETY_MARGIN, MAX_FAILURES_LISTED,

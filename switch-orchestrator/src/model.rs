@@ -78,10 +78,11 @@ impl LedgerKind {
     }
 }
 
-/// The state of one copied ledger.
+/// The state of one copied ledger in a switch (not to be confused with a
+/// ledger's own open/closed state, `bkswitch_bk_client::LedgerState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum LedgerState {
+pub enum SwitchLedgerState {
     /// Copied to the target (same id, same entries); stamp still names the source.
     Built,
     /// Could not be copied or promoted; the stamp names the source, see `reason`.
@@ -100,10 +101,12 @@ pub enum LedgerState {
     RolledBack,
 }
 
-/// `<root>/orchestrator/<switchId>/ledgers/<kind>-<ledgerId>`.
+/// The record of one schema or cursor ledger in a switch:
+/// `<root>/orchestrator/<switchId>/ledgers/<bucket>/<kind>-<ledgerId>` (not
+/// BookKeeper's ledger metadata, `bkswitch_bookkeeper::LedgerRecord`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LedgerRecord {
+pub struct SwitchLedgerRecord {
     /// Schema or cursor ledger.
     pub kind: LedgerKind,
     /// The ledger id (the same on both clusters, [I8](bkswitch_docs::invariants::I8)).
@@ -129,15 +132,15 @@ pub struct LedgerRecord {
     #[serde(default)]
     pub already_present: bool,
     /// The state.
-    pub state: LedgerState,
+    pub state: SwitchLedgerState,
     /// Whether the stamp was flipped to the target (kept once deleted from the
     /// source; cleared by a rollback).
     #[serde(default)]
     pub was_promoted: bool,
-    /// The new cursor ledger of a [`LedgerState::RolledOver`] cursor.
+    /// The new cursor ledger of a [`SwitchLedgerState::RolledOver`] cursor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollover_ledger_id: Option<i64>,
-    /// The cluster cleanup deleted the copy from ([`LedgerState::Deleted`]).
+    /// The cluster cleanup deleted the copy from ([`SwitchLedgerState::Deleted`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_from: Option<String>,
     /// Why the ledger failed (or other notes).
@@ -147,7 +150,7 @@ pub struct LedgerRecord {
     pub updated_at: i64,
 }
 
-impl LedgerRecord {
+impl SwitchLedgerRecord {
     /// The record's node name: `<kind>-<ledgerId>`.
     pub fn key(&self) -> String {
         record_key(self.kind, self.ledger_id)

@@ -15,8 +15,8 @@ use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bkswitch_registry::ClusterStatus;
 use bkswitch_switch_orchestrator::adapters::LocalTopics;
 use bkswitch_switch_orchestrator::{
-    CleanupOptions, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, LedgerState,
-    Orchestrator, Phase, PromoteError, TopicOwners, FAILPOINTS,
+    CleanupOptions, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, Orchestrator,
+    Phase, PromoteError, SwitchLedgerState, TopicOwners, FAILPOINTS,
 };
 use common::*;
 
@@ -113,7 +113,9 @@ async fn check_forward_invariants(s: &Setup, copies: u64) {
     assert_eq!(status.phase, Phase::Done);
     let records = orch.ledger_records(&status.switch_id).await.unwrap();
     assert!(
-        records.iter().all(|r| r.state == LedgerState::Deleted),
+        records
+            .iter()
+            .all(|r| r.state == SwitchLedgerState::Deleted),
         "{records:?}"
     );
     assert_eq!(copies as usize, records.len(), "a ledger was copied twice");

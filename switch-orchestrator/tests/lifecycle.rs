@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bkswitch_metadata_store::{ExpectedVersion, MemoryStore, MetadataStore};
 use bkswitch_switch_orchestrator::{
-    CleanupOptions, CursorPromoter, LedgerState, OrchestratorError, Phase, TopicOwners,
+    CleanupOptions, CursorPromoter, OrchestratorError, Phase, SwitchLedgerState, TopicOwners,
 };
 use common::*;
 
@@ -243,9 +243,10 @@ async fn resume_after_a_crash_converges_without_copying_twice() {
     assert_eq!(resumed[0].phase, Phase::Switched);
     assert_eq!(second.copy_stats().copied, 0, "a ledger was copied twice");
     let records = second.ledger_records(&s.switch_id).await.unwrap();
-    assert!(records
-        .iter()
-        .all(|r| matches!(r.state, LedgerState::Promoted | LedgerState::RolledOver)));
+    assert!(records.iter().all(|r| matches!(
+        r.state,
+        SwitchLedgerState::Promoted | SwitchLedgerState::RolledOver
+    )));
     for ml in &mls {
         for c in ml.cursors() {
             // Live cursors keep working after the switch.
@@ -302,7 +303,7 @@ async fn unowned_cursor_with_a_stale_copy_is_recopied_then_promoted() {
     let old = env.client(OLD);
     let new = env.client(NEW);
     for r in orch.ledger_records(&s.switch_id).await.unwrap() {
-        assert_eq!(r.state, LedgerState::Promoted);
+        assert_eq!(r.state, SwitchLedgerState::Promoted);
         assert_same_ledger(old.as_ref(), new.as_ref(), r.ledger_id, r.kind).await;
     }
     // Reopened on the new cluster, every cursor has its last acknowledgement.

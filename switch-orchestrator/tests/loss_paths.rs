@@ -16,7 +16,7 @@ use std::time::Duration;
 use bkswitch_ledger_copy::{copy_ledger_preserving_ids, CopyOptions};
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_switch_orchestrator::{
-    CleanupOptions, LedgerState, Orchestrator, OrchestratorConfig, OrchestratorError, Phase,
+    CleanupOptions, Orchestrator, OrchestratorConfig, OrchestratorError, Phase, SwitchLedgerState,
 };
 use common::*;
 
@@ -256,7 +256,7 @@ async fn a_rolled_back_switchs_cleanup_keeps_the_copies_a_canary_built() {
         !built.is_empty()
             && built
                 .iter()
-                .all(|r| r.state == LedgerState::Built && r.already_present),
+                .all(|r| r.state == SwitchLedgerState::Built && r.already_present),
         "{built:?}"
     );
     let r = orch
@@ -377,7 +377,9 @@ async fn a_crash_between_creating_a_copy_and_recording_it_is_recovered() {
     let st = resumed.resume(&s.switch_id).await.unwrap();
     let records = resumed.ledger_records(&s.switch_id).await.unwrap();
     assert!(
-        records.iter().all(|r| r.state == LedgerState::Promoted),
+        records
+            .iter()
+            .all(|r| r.state == SwitchLedgerState::Promoted),
         "{records:?}"
     );
     assert_eq!(st.phase, Phase::Switched);

@@ -15,7 +15,7 @@ use bkswitch_bk_client::{BookKeeper, LedgerConfig, ReadHandleExt};
 use bkswitch_managed_ledger::schema::SchemaStorageOptions;
 use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
 use bkswitch_switch_orchestrator::{
-    LedgerKind, LedgerState, Orchestrator, OrchestratorConfig, Phase, StaticClients,
+    LedgerKind, Orchestrator, OrchestratorConfig, Phase, StaticClients, SwitchLedgerState,
 };
 use bytes::Bytes;
 use common::*;
@@ -89,7 +89,7 @@ async fn a_native_target_ledger_under_a_copied_id_is_never_deleted() {
         .into_iter()
         .find(|r| r.ledger_id == taken)
         .unwrap();
-    assert_eq!(rec.state, LedgerState::Failed);
+    assert_eq!(rec.state, SwitchLedgerState::Failed);
     let reason = rec.reason.clone().unwrap_or_default();
     assert!(reason.contains("was not created by switch"), "{reason}");
     assert!(!rec.target_copy, "{rec:?}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_registry::ClusterStatus;
-use bkswitch_switch_orchestrator::{CleanupOptions, LedgerState, Phase};
+use bkswitch_switch_orchestrator::{CleanupOptions, Phase, SwitchLedgerState};
 use common::*;
 
 /// BUILD + PROMOTE with producers and consumers running, then crash/reopen
@@ -61,7 +61,10 @@ async fn main_scenario(store: Arc<dyn MetadataStore>) {
     let new = env.client(NEW);
     let records = orch.ledger_records(&started.switch_id).await.unwrap();
     assert_records_moved(&records);
-    for r in records.iter().filter(|r| r.state == LedgerState::Promoted) {
+    for r in records
+        .iter()
+        .filter(|r| r.state == SwitchLedgerState::Promoted)
+    {
         if r.kind == bkswitch_switch_orchestrator::LedgerKind::Schema {
             assert_same_ledger(old.as_ref(), new.as_ref(), r.ledger_id, r.kind).await;
         }

@@ -11,9 +11,9 @@ use super::error::ApiError;
 use super::extract::{ApiJson, Live};
 use crate::node::Node;
 use crate::wire::{
-    CleanupReport, CleanupRequest, CleanupTargets, ClusterStatus, PromoteCursorRequest,
+    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, PromoteCursorRequest,
     PromoteCursorResponse, ReadModeRequest, ReadModeResponse, RegisterRequest, SwitchRequest,
-    SwitchStatus, BASE_PATH,
+    SwitchStatusDoc, BASE_PATH,
 };
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -84,7 +84,7 @@ pub(super) async fn switch(
         .await?;
     node.metrics()
         .switch_event(crate::metrics::SwitchEvent::Started);
-    Ok(Json(SwitchStatus::from(status)).into_response())
+    Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
 /// `GET /status`.
@@ -150,7 +150,7 @@ pub(super) async fn cleanup(
         force: body.force,
     };
     let report = node.orchestrator().cleanup(&id, opts).await?;
-    Ok(Json(CleanupReport::new(&id, &report)).into_response())
+    Ok(Json(CleanupReportDoc::new(&id, &report)).into_response())
 }
 
 /// `POST /close-client/{name}`.
@@ -171,7 +171,7 @@ pub(super) async fn rollback(Live(node): Live) -> ApiResult<Response> {
         node.metrics()
             .switch_event(crate::metrics::SwitchEvent::RolledBack);
     }
-    Ok(Json(SwitchStatus::from(status)).into_response())
+    Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
 /// `POST /internal/promote-cursor`.
@@ -216,7 +216,7 @@ pub(super) async fn list_overrides(Live(node): Live) -> ApiResult<Response> {
                 "epoch": o.epoch,
                 "origin": o.origin,
                 "ts": o.ts,
-                "switch": st.map(SwitchStatus::from),
+                "switch": st.map(SwitchStatusDoc::from),
             })
         })
         .collect();
@@ -232,7 +232,7 @@ pub(super) async fn set_override(
         .map_err(|e| ApiError::invalid(Some("prefix"), e.to_string()))?;
     checked_name(&body.cluster).map_err(|e| e.with_field("cluster"))?;
     let status = node.set_override(&body.prefix, &body.cluster).await?;
-    Ok(Json(SwitchStatus::from(status)).into_response())
+    Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
 /// `POST /overrides/remove`: ends (rolls back) the canary of a prefix.
@@ -241,5 +241,5 @@ pub(super) async fn remove_override(
     ApiJson(body): ApiJson<crate::wire::RemoveOverrideRequest>,
 ) -> ApiResult<Response> {
     let status = node.remove_override(&body.prefix).await?;
-    Ok(Json(SwitchStatus::from(status)).into_response())
+    Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }

@@ -1,6 +1,6 @@
 //! The cleanup answers: the old copies cleanup may delete
 //! ([`CleanupTargets`], `GET /cleanup-targets`) and what a cleanup did
-//! ([`CleanupReport`], `POST /cleanup`).
+//! ([`CleanupReportDoc`], `POST /cleanup`).
 
 use bkswitch_switch_orchestrator::{CleanupTarget, Phase};
 use serde::{Deserialize, Serialize};
@@ -22,14 +22,14 @@ pub struct CleanupTargets {
 /// `POST /cleanup`):
 /// `{"dryRun","switchId","targets","deleted","remaining","failed","phase","outcome"}`.
 ///
-/// The server makes it with [`CleanupReport::new`]; the client reads it
+/// The server makes it with [`CleanupReportDoc::new`]; the client reads it
 /// through the accessors, which tolerate missing fields (see the
 /// [module docs](super)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct CleanupReport(pub Value);
+pub struct CleanupReportDoc(pub Value);
 
-impl CleanupReport {
+impl CleanupReportDoc {
     /// The answer for the orchestrator's `report` of a cleanup of switch
     /// `switch_id`. The outcome is `DRY_RUN`, `DONE`, `DONE_WITH_FAILURES`, or
     /// `IN_PROGRESS` while copies remain.
@@ -50,7 +50,7 @@ impl CleanupReport {
                 json!({ "cluster": cluster, "ledgerId": ledger_id, "reason": reason })
             })
             .collect();
-        CleanupReport(json!({
+        CleanupReportDoc(json!({
             "dryRun": report.dry_run,
             "switchId": switch_id,
             "targets": report.targets,

@@ -15,14 +15,16 @@
 //! [`PrecheckResult`] (the registry), [`CleanupTarget`], [`Counts`] and
 //! [`Phase`] (the orchestrator).
 //!
-//! Three answers are *documents*: [`NodeStatus`], [`SwitchStatus`] and
-//! [`CleanupReport`]. The server builds each from the typed records
-//! (`NodeStatus::new`, `SwitchStatus::from`, `CleanupReport::new`); the client
+//! Three answers are *documents*: [`NodeStatus`], [`SwitchStatusDoc`] and
+//! [`CleanupReportDoc`] (named so that they never meet the orchestrator's
+//! typed `SwitchStatus` and `CleanupReport` they carry). The server builds
+//! each from the typed records
+//! (`NodeStatus::new`, `SwitchStatusDoc::from`, `CleanupReportDoc::new`); the client
 //! keeps the JSON exactly as sent (what `bookie-clusters --json` prints) and
 //! reads it through accessors that tolerate what an older or newer server may
 //! send: a missing counter reads as 0, a missing field as `None`, and a phase
-//! this client does not know falls back to `None` from [`SwitchStatus::phase`]
-//! while [`SwitchStatus::phase_name`] still gives its name.
+//! this client does not know falls back to `None` from [`SwitchStatusDoc::phase`]
+//! while [`SwitchStatusDoc::phase_name`] still gives its name.
 //!
 //! # Phases
 //!
@@ -40,14 +42,14 @@ mod status;
 pub use bkswitch_bk_router::ReadMode;
 pub use bkswitch_registry::{ClusterRecord, ClusterStatus, PrecheckResult, SwitchDirective};
 pub use bkswitch_switch_orchestrator::{CleanupTarget, Counts, LedgerKind, Phase};
-pub use cleanup::{CleanupFailure, CleanupReport, CleanupTargets};
+pub use cleanup::{CleanupFailure, CleanupReportDoc, CleanupTargets};
 pub use error::ErrorBody;
 pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
 pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,
     RemoveOverrideRequest, RollbackRequest, SwitchRequest,
 };
-pub use status::{NodeStatus, SwitchFailure, SwitchStatus};
+pub use status::{NodeStatus, SwitchFailure, SwitchStatusDoc};
 
 /// The path every endpoint lives under.
 pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";

@@ -1,4 +1,4 @@
-//! The status documents: a switch's progress ([`SwitchStatus`]) and one node's
+//! The status documents: a switch's progress ([`SwitchStatusDoc`]) and one node's
 //! view ([`NodeStatus`], the answer of `GET /status`).
 
 use bkswitch_bk_router::{AppliedDirective, ReadMode};
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::json::{array, i64_field, present, str_field, u64_field};
 
 /// A switch's progress (`SwitchStatus` of the API): the orchestrator's
-/// [`SwitchStatus`](bkswitch_switch_orchestrator::SwitchStatus) as a JSON
+/// [`SwitchStatusDoc`](bkswitch_switch_orchestrator::SwitchStatus) as a JSON
 /// document, answered by `POST /switch` and `POST /rollback` and embedded in
 /// [`NodeStatus`].
 ///
@@ -19,16 +19,16 @@ use super::json::{array, i64_field, present, str_field, u64_field};
 /// [module docs](super)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct SwitchStatus(pub Value);
+pub struct SwitchStatusDoc(pub Value);
 
-impl From<bkswitch_switch_orchestrator::SwitchStatus> for SwitchStatus {
-    fn from(status: bkswitch_switch_orchestrator::SwitchStatus) -> SwitchStatus {
+impl From<bkswitch_switch_orchestrator::SwitchStatus> for SwitchStatusDoc {
+    fn from(status: bkswitch_switch_orchestrator::SwitchStatus) -> SwitchStatusDoc {
         // Serializing the record (plain fields, string keys) cannot fail.
-        SwitchStatus(serde_json::to_value(status).unwrap_or_default())
+        SwitchStatusDoc(serde_json::to_value(status).unwrap_or_default())
     }
 }
 
-impl SwitchStatus {
+impl SwitchStatusDoc {
     /// The JSON as the server sent it.
     pub fn raw(&self) -> &Value {
         &self.0
@@ -164,7 +164,7 @@ impl NodeStatus {
             "readMode": read_mode.as_str(),
             "epoch": epoch,
             "directive": directive,
-            "switch": switch.map(|s| SwitchStatus::from(s).0),
+            "switch": switch.map(|s| SwitchStatusDoc::from(s).0),
         }))
     }
 
@@ -238,12 +238,12 @@ impl NodeStatus {
     }
 
     /// The switch this node knows of, if any.
-    pub fn switch(&self) -> Option<SwitchStatus> {
+    pub fn switch(&self) -> Option<SwitchStatusDoc> {
         self.0
             .get("switch")
             .filter(|v| v.is_object())
             .cloned()
-            .map(SwitchStatus)
+            .map(SwitchStatusDoc)
     }
 }
 
@@ -296,13 +296,13 @@ mod tests {
             sent["failures"][0]["path"],
             "/managed-ledgers/t/ns/persistent/a"
         );
-        let got = SwitchStatus(sent).failures();
+        let got = SwitchStatusDoc(sent).failures();
         assert_eq!(
             got[0].path.as_deref(),
             Some("/managed-ledgers/t/ns/persistent/a")
         );
         assert_eq!(got[0].ledger_id, Some(7));
-        let old = SwitchStatus(
+        let old = SwitchStatusDoc(
             json!({ "failures": [{ "kind": "cursor", "ledgerId": 7, "ownerPath": "/x", "reason": "r" }] }),
         );
         assert_eq!(old.failures()[0].path.as_deref(), Some("/x"));

@@ -1,5 +1,5 @@
 //! The environment a conformance run drives ([`BookKeeperTestEnv`]) and the
-//! ready one over an in-memory cluster ([`MemoryTestEnv`]).
+//! ready one over an in-memory cluster ([`MemoryBookKeeperTestEnv`]).
 
 use async_trait::async_trait;
 
@@ -45,19 +45,19 @@ pub trait BookKeeperTestEnv: Send + Sync {
 /// A [`BookKeeperTestEnv`] over an in-memory cluster: each call to `client` returns a
 /// new [`MemoryBookKeeper`] of the same [`MemoryCluster`].
 #[derive(Debug, Clone)]
-pub struct MemoryTestEnv {
+pub struct MemoryBookKeeperTestEnv {
     cluster: MemoryCluster,
 }
 
-impl MemoryTestEnv {
+impl MemoryBookKeeperTestEnv {
     /// An environment over a new cluster with default settings.
-    pub fn new() -> MemoryTestEnv {
-        MemoryTestEnv::with_cluster(MemoryCluster::new("conformance"))
+    pub fn new() -> MemoryBookKeeperTestEnv {
+        MemoryBookKeeperTestEnv::with_cluster(MemoryCluster::new("conformance"))
     }
 
     /// An environment over `cluster` (its delete behaviour is what it declares).
-    pub fn with_cluster(cluster: MemoryCluster) -> MemoryTestEnv {
-        MemoryTestEnv { cluster }
+    pub fn with_cluster(cluster: MemoryCluster) -> MemoryBookKeeperTestEnv {
+        MemoryBookKeeperTestEnv { cluster }
     }
 
     /// The cluster under test.
@@ -66,14 +66,14 @@ impl MemoryTestEnv {
     }
 }
 
-impl Default for MemoryTestEnv {
+impl Default for MemoryBookKeeperTestEnv {
     fn default() -> Self {
-        MemoryTestEnv::new()
+        MemoryBookKeeperTestEnv::new()
     }
 }
 
 #[async_trait]
-impl BookKeeperTestEnv for MemoryTestEnv {
+impl BookKeeperTestEnv for MemoryBookKeeperTestEnv {
     type Client = MemoryBookKeeper;
 
     async fn client(&self) -> MemoryBookKeeper {

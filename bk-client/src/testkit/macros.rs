@@ -10,8 +10,8 @@
 ///
 /// ```
 /// mod memory_conformance {
-///     use bkswitch_bk_client::testkit::MemoryTestEnv;
-///     bkswitch_bk_client::bk_conformance_tests!(MemoryTestEnv::new());
+///     use bkswitch_bk_client::testkit::MemoryBookKeeperTestEnv;
+///     bkswitch_bk_client::bk_conformance_tests!(MemoryBookKeeperTestEnv::new());
 /// }
 /// # fn main() {}
 /// ```

@@ -17,17 +17,17 @@
 //! tests pin the exact behaviour.
 //!
 //! ```
-//! use bkswitch_bk_client::testkit::{run_all, MemoryTestEnv};
+//! use bkswitch_bk_client::testkit::{run_all, MemoryBookKeeperTestEnv};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let report = run_all(&MemoryTestEnv::new()).await;
+//! let report = run_all(&MemoryBookKeeperTestEnv::new()).await;
 //! assert!(report.is_ok(), "{}", report.unwrap_err());
 //! # });
 //! ```
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `env.rs` | [`BookKeeperTestEnv`] and the ready [`MemoryTestEnv`] |
+//! | `env.rs` | [`BookKeeperTestEnv`] and the ready [`MemoryBookKeeperTestEnv`] |
 //! | `suite.rs` | [`all_rules`], [`RULE_NAMES`], [`run_rule`], [`run_all`] |
 //! | `macros.rs` | [`bk_conformance_tests!`](crate::bk_conformance_tests) |
 //! | `rules/` | the rules, one file per family (see [`rules`]) |
@@ -44,7 +44,7 @@ mod suite;
 /// Re-exported so an environment can be implemented without another dependency.
 pub use async_trait::async_trait;
 pub use bkswitch_conformance::{block_on, ConformanceFailure, ConformanceReport, Rule, RuleResult};
-pub use env::{BookKeeperTestEnv, MemoryTestEnv};
+pub use env::{BookKeeperTestEnv, MemoryBookKeeperTestEnv};
 pub use suite::{all_rules, run_all, run_rule, RULE_NAMES};
 
 /// The suite's name in failures and reports.

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::progress::{build_progress, promote_progress};
 use bkswitch_admin::wire::{
-    CleanupReport, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, NodeStatus,
-    PrecheckResult, SwitchStatus,
+    CleanupReportDoc, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, NodeStatus,
+    PrecheckResult, SwitchStatusDoc,
 };
 
 /// Writes `value` as pretty JSON.
@@ -19,7 +19,7 @@ pub(super) fn print_json<T: Serialize + ?Sized>(out: &mut dyn Write, value: &T) 
 }
 
 /// One plain progress line of `status --watch`.
-pub(super) fn progress_line(s: &SwitchStatus) -> String {
+pub(super) fn progress_line(s: &SwitchStatusDoc) -> String {
     let c = s.counts();
     let (b, bt) = build_progress(s);
     let (p, pt) = promote_progress(s);
@@ -203,7 +203,7 @@ fn format_millis(ms: i64) -> String {
     )
 }
 
-fn switch_fields(s: &SwitchStatus) -> Vec<(&'static str, String)> {
+fn switch_fields(s: &SwitchStatusDoc) -> Vec<(&'static str, String)> {
     let c = s.counts();
     let (b, bt) = build_progress(s);
     let (p, pt) = promote_progress(s);
@@ -231,7 +231,7 @@ fn switch_fields(s: &SwitchStatus) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn write_failures(out: &mut dyn Write, s: &SwitchStatus) -> io::Result<()> {
+fn write_failures(out: &mut dyn Write, s: &SwitchStatusDoc) -> io::Result<()> {
     let failures = s.failures();
     if failures.is_empty() {
         return Ok(());
@@ -244,7 +244,7 @@ fn write_failures(out: &mut dyn Write, s: &SwitchStatus) -> io::Result<()> {
     write_table(out, &["KIND", "LEDGER", "PATH", "REASON"], &rows)
 }
 
-pub(super) fn write_switch(out: &mut dyn Write, s: &SwitchStatus) -> io::Result<()> {
+pub(super) fn write_switch(out: &mut dyn Write, s: &SwitchStatusDoc) -> io::Result<()> {
     write_fields(out, &switch_fields(s))?;
     write_failures(out, s)
 }
@@ -318,7 +318,7 @@ pub(super) fn write_cleanup_targets(out: &mut dyn Write, t: &CleanupTargets) -> 
     Ok(())
 }
 
-pub(super) fn write_cleanup_report(out: &mut dyn Write, r: &CleanupReport) -> io::Result<()> {
+pub(super) fn write_cleanup_report(out: &mut dyn Write, r: &CleanupReportDoc) -> io::Result<()> {
     let targets = r.targets();
     let failed = r.failed();
     write_fields(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bkswitch_managed_ledger::schema::SchemaVersion;
 use bkswitch_proto::Stamped;
-use bkswitch_switch_orchestrator::{LedgerKind, LedgerState};
+use bkswitch_switch_orchestrator::{LedgerKind, SwitchLedgerState};
 
 use super::error::{step_err, DemoError};
 use super::options::Say;
@@ -208,23 +208,25 @@ pub(super) async fn ledger_counts(node: &Node) -> Result<LedgerCounts, DemoError
         .ledger_records(&status.switch_id)
         .await
         .map_err(step_err("reading the switch records"))?;
-    let count = |kind: LedgerKind, state: LedgerState| {
+    let count = |kind: LedgerKind, state: SwitchLedgerState| {
         records
             .iter()
             .filter(|r| r.kind == kind && r.state == state)
             .count() as u64
     };
     Ok(LedgerCounts {
-        schemas_promoted: count(LedgerKind::Schema, LedgerState::Promoted),
-        cursors_promoted: count(LedgerKind::Cursor, LedgerState::Promoted),
-        rollover_fallbacks: count(LedgerKind::Cursor, LedgerState::RolledOver),
+        schemas_promoted: count(LedgerKind::Schema, SwitchLedgerState::Promoted),
+        cursors_promoted: count(LedgerKind::Cursor, SwitchLedgerState::Promoted),
+        rollover_fallbacks: count(LedgerKind::Cursor, SwitchLedgerState::RolledOver),
         failed: records
             .iter()
-            .filter(|r| r.state == LedgerState::Failed)
+            .filter(|r| r.state == SwitchLedgerState::Failed)
             .count() as u64,
         copied: records
             .iter()
-            .filter(|r| r.state != LedgerState::Failed && r.state != LedgerState::Obsolete)
+            .filter(|r| {
+                r.state != SwitchLedgerState::Failed && r.state != SwitchLedgerState::Obsolete
+            })
             .count() as u64,
     })
 }

@@ -16,7 +16,7 @@ use bkswitch_proto::Message;
 
 use super::{Ctx, Orchestrator};
 use crate::error::Result;
-use crate::model::{LedgerKind, LedgerRecord, LedgerState};
+use crate::model::{LedgerKind, SwitchLedgerRecord, SwitchLedgerState};
 use crate::scan::{decode_cursor, Found};
 
 /// Whether the target's copy of a cursor ledger holds every entry of the
@@ -181,7 +181,7 @@ impl Orchestrator {
 
     async fn build_one(&self, ctx: &Ctx, f: Found) -> Result<()> {
         let copied = self.copy(ctx, f.kind, f.ledger_id).await?;
-        let mut rec = LedgerRecord {
+        let mut rec = SwitchLedgerRecord {
             kind: f.kind,
             ledger_id: f.ledger_id,
             owner_path: f.owner_path.clone(),
@@ -191,7 +191,7 @@ impl Orchestrator {
             was_unstamped: f.stamp.is_none(),
             target_copy: false,
             already_present: false,
-            state: LedgerState::Built,
+            state: SwitchLedgerState::Built,
             was_promoted: false,
             rollover_ledger_id: None,
             deleted_from: None,
@@ -210,7 +210,7 @@ impl Orchestrator {
                 // points to it any more. Nothing to move.
                 tracing::info!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
                     "ledger no longer referenced; nothing to copy");
-                rec.state = LedgerState::Obsolete;
+                rec.state = SwitchLedgerState::Obsolete;
                 rec.reason = Some(format!(
                     "`{}` no longer references ledger {} (rolled over or deleted before the copy)",
                     f.owner_path, f.ledger_id
@@ -219,7 +219,7 @@ impl Orchestrator {
             Err(e) => {
                 tracing::warn!(ledger_id = f.ledger_id, path = %f.owner_path, error = %e,
                     "ledger copy failed; it stays on the source");
-                rec.state = LedgerState::Failed;
+                rec.state = SwitchLedgerState::Failed;
                 rec.reason = Some(format!(
                     "{e}{}",
                     if e.is_retryable() {
@@ -252,7 +252,11 @@ impl Orchestrator {
 
     /// Deletes the target's copy of a ledger nothing will route to; a failed
     /// deletion is left to cleanup.
-    pub(super) async fn delete_target_copy(&self, ctx: &Ctx, rec: &mut LedgerRecord) -> Result<()> {
+    pub(super) async fn delete_target_copy(
+        &self,
+        ctx: &Ctx,
+        rec: &mut SwitchLedgerRecord,
+    ) -> Result<()> {
         if !rec.target_copy {
             return Ok(());
         }
@@ -285,7 +289,7 @@ impl Orchestrator {
     pub(super) async fn refresh_copy(
         &self,
         ctx: &Ctx,
-        rec: &mut LedgerRecord,
+        rec: &mut SwitchLedgerRecord,
     ) -> Result<CopyCheck> {
         let lac = match self.sealed_lac(ctx, rec.ledger_id).await {
             Ok(lac) => lac,

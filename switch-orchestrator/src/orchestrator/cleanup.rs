@@ -10,8 +10,8 @@ use super::records::summarize;
 use super::Orchestrator;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, LedgerState, Phase,
-    SwitchRecord,
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, Phase, SwitchLedgerRecord,
+    SwitchLedgerState, SwitchRecord,
 };
 use crate::scan::scan;
 use bkswitch_bk_client::BookKeeper as _;
@@ -147,7 +147,7 @@ impl Orchestrator {
                     }
                     rec.deleted_from = Some(t.cluster.clone());
                     self.records()
-                        .set_state(switch_id, &mut rec, LedgerState::Deleted, None)
+                        .set_state(switch_id, &mut rec, SwitchLedgerState::Deleted, None)
                         .await?;
                     done.push(t.clone());
                 }
@@ -193,7 +193,7 @@ impl Orchestrator {
     async fn targets(
         &self,
         sw: &SwitchRecord,
-        records: &BTreeMap<String, LedgerRecord>,
+        records: &BTreeMap<String, SwitchLedgerRecord>,
     ) -> Result<(Vec<Target>, Vec<Skipped>)> {
         // Safety net: never delete a copy the metadata still routes to.
         let bootstrap = self.bootstrap_cluster().await?;
@@ -254,7 +254,11 @@ impl Orchestrator {
     /// it made (`Copied`), or one it found already there (`AlreadyPresent`)
     /// that its `created/` record shows it created in an earlier attempt.
     /// Anything else on the target is never deleted by this switch.
-    pub(super) async fn made_by_this_switch(&self, id: &str, rec: &LedgerRecord) -> Result<bool> {
+    pub(super) async fn made_by_this_switch(
+        &self,
+        id: &str,
+        rec: &SwitchLedgerRecord,
+    ) -> Result<bool> {
         if !rec.already_present {
             return Ok(true);
         }
@@ -310,7 +314,7 @@ impl Orchestrator {
     async fn keep_reason(
         &self,
         sw: &SwitchRecord,
-        rec: &LedgerRecord,
+        rec: &SwitchLedgerRecord,
         cluster: &str,
         bootstrap: Option<&str>,
         others: &[Live],
@@ -332,7 +336,10 @@ impl Orchestrator {
             else {
                 continue;
             };
-            if matches!(theirs.state, LedgerState::Built | LedgerState::Promoted) {
+            if matches!(
+                theirs.state,
+                SwitchLedgerState::Built | SwitchLedgerState::Promoted
+            ) {
                 let who = match other.scope() {
                     Some(p) => format!("canary {id} of `{p}`"),
                     None => format!("switch {id}"),
@@ -359,7 +366,11 @@ impl Orchestrator {
 
     /// Why the copy of `rec` on `cluster` cannot be trusted, if it cannot:
     /// missing, unreadable, or shorter than what was copied.
-    async fn unverified_copy(&self, cluster: &str, rec: &LedgerRecord) -> Result<Option<String>> {
+    async fn unverified_copy(
+        &self,
+        cluster: &str,
+        rec: &SwitchLedgerRecord,
+    ) -> Result<Option<String>> {
         let client = self.inner.clients.client(cluster).await?;
         let opts = self.copy_options(rec.kind);
         match client
@@ -391,12 +402,12 @@ fn not_created(sw: &SwitchRecord, ledger_id: i64) -> String {
 }
 
 /// Which cluster cleanup deletes a record's copy from, if any.
-fn cleanup_cluster(rec: &LedgerRecord, sw: &SwitchRecord) -> Option<String> {
+fn cleanup_cluster(rec: &SwitchLedgerRecord, sw: &SwitchRecord) -> Option<String> {
     let rolled_back = sw.rollback_epoch.is_some();
     match rec.state {
-        LedgerState::Promoted if !rolled_back => Some(sw.source.clone()),
-        LedgerState::RolledOver => Some(sw.source.clone()),
-        LedgerState::RolledBack | LedgerState::Failed | LedgerState::Obsolete
+        SwitchLedgerState::Promoted if !rolled_back => Some(sw.source.clone()),
+        SwitchLedgerState::RolledOver => Some(sw.source.clone()),
+        SwitchLedgerState::RolledBack | SwitchLedgerState::Failed | SwitchLedgerState::Obsolete
             if rec.target_copy =>
         {
             Some(sw.target.clone())

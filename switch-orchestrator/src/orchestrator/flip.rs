@@ -20,7 +20,7 @@ use bkswitch_proto::{Message, StampError, Stamped};
 use super::build::CopyCheck;
 use super::{Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::model::LedgerRecord;
+use crate::model::SwitchLedgerRecord;
 use crate::owners::{CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, PromoteError};
 use crate::scan::{cursor_compression, decode_cursor};
 
@@ -120,7 +120,7 @@ impl Orchestrator {
         ctx: &Ctx,
         dir: Direction,
         path: &str,
-        recs: &[LedgerRecord],
+        recs: &[SwitchLedgerRecord],
     ) -> Result<Option<BTreeSet<i64>>> {
         let (from, to) = dir.ends(ctx);
         let bootstrap = ctx.bootstrap.as_deref();
@@ -185,7 +185,7 @@ impl Orchestrator {
         &self,
         ctx: &Ctx,
         dir: Direction,
-        rec: &mut LedgerRecord,
+        rec: &mut SwitchLedgerRecord,
     ) -> Result<CursorFlip> {
         let (_, to) = dir.ends(ctx);
         let ml = rec.managed_ledger.clone().unwrap_or_default();
@@ -254,7 +254,7 @@ impl Orchestrator {
         &self,
         ctx: &Ctx,
         dir: Direction,
-        rec: &mut LedgerRecord,
+        rec: &mut SwitchLedgerRecord,
     ) -> Result<CursorFlip> {
         let (from, to) = dir.ends(ctx);
         let bootstrap = ctx.bootstrap.as_deref();

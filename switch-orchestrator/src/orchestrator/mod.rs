@@ -27,8 +27,8 @@ use bkswitch_registry::{IdgenSource, PrecheckResult, Registry};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, LedgerRecord, Phase, SwitchRecord,
-    SwitchStatus,
+    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, Phase, SwitchLedgerRecord,
+    SwitchRecord, SwitchStatus,
 };
 use crate::owners::{ClusterClients, TopicOwners};
 use crate::usage::{usage, ClusterUsage};
@@ -566,7 +566,7 @@ impl Orchestrator {
     /// # Errors
     ///
     /// As [`status`](Self::status).
-    pub async fn ledger_records(&self, switch_id: &str) -> Result<Vec<LedgerRecord>> {
+    pub async fn ledger_records(&self, switch_id: &str) -> Result<Vec<SwitchLedgerRecord>> {
         self.records().load(switch_id).await?;
         Ok(self
             .records()

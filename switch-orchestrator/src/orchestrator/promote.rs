@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::flip::{CursorFlip, Direction};
 use super::{Ctx, Orchestrator};
 use crate::error::Result;
-use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase};
+use crate::model::{LedgerKind, Phase, SwitchLedgerRecord, SwitchLedgerState};
 
 impl Orchestrator {
     /// One PROMOTE pass, one bucket of records at a time: flips every BUILT
@@ -24,7 +24,7 @@ impl Orchestrator {
             let records = self.records().read_record_dir(&dir).await?;
             let n = records
                 .values()
-                .filter(|r| r.state == LedgerState::Built)
+                .filter(|r| r.state == SwitchLedgerState::Built)
                 .count();
             built += n;
             if n > 0 && act {
@@ -44,12 +44,16 @@ impl Orchestrator {
     /// the cursor stage at once. A locator whose ledgers sit in several
     /// buckets is flipped once per bucket, each flip a compare-and-set of
     /// the positions it names (both copies exist, so either stamp reads).
-    async fn promote(&self, ctx: &Ctx, records: BTreeMap<String, LedgerRecord>) -> Result<()> {
-        let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
+    async fn promote(
+        &self,
+        ctx: &Ctx,
+        records: BTreeMap<String, SwitchLedgerRecord>,
+    ) -> Result<()> {
+        let mut by_locator: BTreeMap<String, Vec<SwitchLedgerRecord>> = BTreeMap::new();
         let mut cursors = Vec::new();
         for r in records
             .into_values()
-            .filter(|r| r.state == LedgerState::Built)
+            .filter(|r| r.state == SwitchLedgerState::Built)
         {
             match r.kind {
                 LedgerKind::Schema => by_locator.entry(r.owner_path.clone()).or_default().push(r),
@@ -70,7 +74,7 @@ impl Orchestrator {
         &self,
         ctx: &Ctx,
         path: String,
-        mut recs: Vec<LedgerRecord>,
+        mut recs: Vec<SwitchLedgerRecord>,
     ) -> Result<()> {
         let Some(on_target) = self
             .flip_locator(ctx, Direction::Promote, &path, &recs)
@@ -81,7 +85,7 @@ impl Orchestrator {
         for rec in &mut recs {
             if on_target.contains(&rec.ledger_id) {
                 self.records()
-                    .set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                    .set_state(&ctx.id, rec, SwitchLedgerState::Promoted, None)
                     .await?;
             } else {
                 self.obsolete(ctx, rec, "the schema version was deleted before PROMOTE")
@@ -93,12 +97,12 @@ impl Orchestrator {
 
     /// Cursor PROMOTE: on the owner ([I13](bkswitch_docs::invariants::I13)),
     /// or by the coordinator when no node owns the topic.
-    async fn promote_cursor(&self, ctx: &Ctx, mut rec: LedgerRecord) -> Result<()> {
+    async fn promote_cursor(&self, ctx: &Ctx, mut rec: SwitchLedgerRecord) -> Result<()> {
         let rec = &mut rec;
         match self.flip_cursor(ctx, Direction::Promote, rec).await? {
             CursorFlip::Done => {
                 self.records()
-                    .set_state(&ctx.id, rec, LedgerState::Promoted, None)
+                    .set_state(&ctx.id, rec, SwitchLedgerState::Promoted, None)
                     .await
             }
             CursorFlip::RolledOverByOwner(new_id) | CursorFlip::MovedOn(new_id) => {
@@ -114,19 +118,19 @@ impl Orchestrator {
                     ctx.source, ctx.target
                 );
                 self.records()
-                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .set_state(&ctx.id, rec, SwitchLedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Refused(e) => {
                 let ml = rec.managed_ledger.clone().unwrap_or_default();
                 let reason = format!("the owner of `{ml}` refused: {e}");
                 self.records()
-                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .set_state(&ctx.id, rec, SwitchLedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Failed(reason) => {
                 self.records()
-                    .set_state(&ctx.id, rec, LedgerState::Failed, Some(reason))
+                    .set_state(&ctx.id, rec, SwitchLedgerState::Failed, Some(reason))
                     .await
             }
             CursorFlip::Waiting => Ok(()),
@@ -135,14 +139,19 @@ impl Orchestrator {
 
     /// The cursor moved on to `new_id` (on the target): the copy is not
     /// referenced any more (`promotedViaRolloverFallback`).
-    async fn rolled_over(&self, ctx: &Ctx, rec: &mut LedgerRecord, new_id: i64) -> Result<()> {
+    async fn rolled_over(
+        &self,
+        ctx: &Ctx,
+        rec: &mut SwitchLedgerRecord,
+        new_id: i64,
+    ) -> Result<()> {
         self.delete_target_copy(ctx, rec).await?;
         rec.rollover_ledger_id = Some(new_id);
         self.records()
             .set_state(
                 &ctx.id,
                 rec,
-                LedgerState::RolledOver,
+                SwitchLedgerState::RolledOver,
                 Some(format!(
                     "promotedViaRolloverFallback: the cursor moved on to ledger {new_id}"
                 )),
@@ -152,10 +161,15 @@ impl Orchestrator {
 
     /// The metadata that named the ledger went away before PROMOTE: its copy
     /// is not needed.
-    async fn obsolete(&self, ctx: &Ctx, rec: &mut LedgerRecord, reason: &str) -> Result<()> {
+    async fn obsolete(&self, ctx: &Ctx, rec: &mut SwitchLedgerRecord, reason: &str) -> Result<()> {
         self.delete_target_copy(ctx, rec).await?;
         self.records()
-            .set_state(&ctx.id, rec, LedgerState::Obsolete, Some(reason.to_owned()))
+            .set_state(
+                &ctx.id,
+                rec,
+                SwitchLedgerState::Obsolete,
+                Some(reason.to_owned()),
+            )
             .await
     }
 }

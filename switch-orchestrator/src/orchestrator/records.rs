@@ -17,7 +17,9 @@ use serde::Serialize;
 
 use super::MAX_FAILURES_LISTED;
 use crate::error::{OrchestratorError, Result};
-use crate::model::{Counts, Failure, LedgerRecord, LedgerState, SwitchRecord, SwitchStatus};
+use crate::model::{
+    Counts, Failure, SwitchLedgerRecord, SwitchLedgerState, SwitchRecord, SwitchStatus,
+};
 
 /// Compare-and-set attempts on one record before giving up.
 const RECORD_CAS_ATTEMPTS: usize = 16;
@@ -116,7 +118,7 @@ impl Records {
     }
 
     /// `…/ledgers/<bucket>/<kind>-<ledgerId>`.
-    fn record_path(&self, id: &str, rec: &LedgerRecord) -> String {
+    fn record_path(&self, id: &str, rec: &SwitchLedgerRecord) -> String {
         format!(
             "{}/{}/{}",
             self.ledgers_path(id),
@@ -257,7 +259,10 @@ impl Records {
     // ---------------------------------------------------- the ledger records
 
     /// Every ledger record of a switch, by key.
-    pub(super) async fn list_ledgers(&self, id: &str) -> Result<BTreeMap<String, LedgerRecord>> {
+    pub(super) async fn list_ledgers(
+        &self,
+        id: &str,
+    ) -> Result<BTreeMap<String, SwitchLedgerRecord>> {
         let mut out = BTreeMap::new();
         self.for_each_record_page(id, |page| out.extend(page))
             .await?;
@@ -269,7 +274,7 @@ impl Records {
     pub(super) async fn for_each_record_page(
         &self,
         id: &str,
-        mut page: impl FnMut(BTreeMap<String, LedgerRecord>),
+        mut page: impl FnMut(BTreeMap<String, SwitchLedgerRecord>),
     ) -> Result<()> {
         for dir in self.record_dirs(id).await? {
             page(self.read_record_dir(&dir).await?);
@@ -300,7 +305,7 @@ impl Records {
     pub(super) async fn read_record_dir(
         &self,
         dir: &str,
-    ) -> Result<BTreeMap<String, LedgerRecord>> {
+    ) -> Result<BTreeMap<String, SwitchLedgerRecord>> {
         let names: Vec<String> = self
             .list(dir)
             .await?
@@ -341,7 +346,7 @@ impl Records {
         id: &str,
         kind: crate::model::LedgerKind,
         ledger_id: i64,
-    ) -> Result<Option<LedgerRecord>> {
+    ) -> Result<Option<SwitchLedgerRecord>> {
         let key = crate::model::record_key(kind, ledger_id);
         let base = self.ledgers_path(id);
         for path in [
@@ -366,7 +371,7 @@ impl Records {
         &self,
         dir: &str,
         names: Vec<String>,
-    ) -> Result<BTreeMap<String, LedgerRecord>> {
+    ) -> Result<BTreeMap<String, SwitchLedgerRecord>> {
         let mut out = BTreeMap::new();
         for name in names {
             let path = format!("{dir}/{name}");
@@ -379,7 +384,7 @@ impl Records {
     }
 
     /// Writes a ledger record with a compare-and-set against the version read.
-    pub(super) async fn put_ledger(&self, id: &str, rec: &mut LedgerRecord) -> Result<()> {
+    pub(super) async fn put_ledger(&self, id: &str, rec: &mut SwitchLedgerRecord) -> Result<()> {
         rec.updated_at = self.now_ms();
         self.check_lease(id).await?;
         fail_point!("orchestrator::ledger_record");
@@ -412,14 +417,14 @@ impl Records {
     pub(super) async fn set_state(
         &self,
         id: &str,
-        rec: &mut LedgerRecord,
-        state: LedgerState,
+        rec: &mut SwitchLedgerRecord,
+        state: SwitchLedgerState,
         reason: Option<String>,
     ) -> Result<()> {
         rec.state = state;
         match state {
-            LedgerState::Promoted => rec.was_promoted = true,
-            LedgerState::RolledBack => rec.was_promoted = false,
+            SwitchLedgerState::Promoted => rec.was_promoted = true,
+            SwitchLedgerState::RolledBack => rec.was_promoted = false,
             _ => {}
         }
         if reason.is_some() {
@@ -671,7 +676,7 @@ fn encode_json<T: Serialize + ?Sized>(path: &str, value: &T) -> Result<Vec<u8>> 
 
 /// The counts and the first [`MAX_FAILURES_LISTED`] failures of a switch's
 /// ledger records.
-pub(super) fn summarize(records: &BTreeMap<String, LedgerRecord>) -> (Counts, Vec<Failure>) {
+pub(super) fn summarize(records: &BTreeMap<String, SwitchLedgerRecord>) -> (Counts, Vec<Failure>) {
     let mut c = Counts::default();
     let mut failures = Vec::new();
     tally(&mut c, &mut failures, records);
@@ -688,18 +693,18 @@ fn is_bucket(name: &str) -> bool {
 pub(super) fn tally(
     c: &mut Counts,
     failures: &mut Vec<Failure>,
-    records: &BTreeMap<String, LedgerRecord>,
+    records: &BTreeMap<String, SwitchLedgerRecord>,
 ) {
     for r in records.values() {
         c.to_build += 1;
         // Built = copied to the target; a ledger found obsolete before its copy
         // (rolled over or deleted since the scan) never was.
-        let never_copied = r.state == LedgerState::Obsolete && !r.target_copy;
-        if r.state != LedgerState::Failed && !never_copied {
+        let never_copied = r.state == SwitchLedgerState::Obsolete && !r.target_copy;
+        if r.state != SwitchLedgerState::Failed && !never_copied {
             c.built += 1;
         }
         match r.state {
-            LedgerState::Failed => {
+            SwitchLedgerState::Failed => {
                 c.failed += 1;
                 if failures.len() < MAX_FAILURES_LISTED {
                     failures.push(Failure {
@@ -710,16 +715,26 @@ pub(super) fn tally(
                     });
                 }
             }
-            LedgerState::Obsolete => c.obsolete += 1,
-            LedgerState::RolledBack => c.rolled_back += 1,
-            LedgerState::Deleted => c.deleted += 1,
-            LedgerState::Built | LedgerState::Promoted | LedgerState::RolledOver => {}
+            SwitchLedgerState::Obsolete => c.obsolete += 1,
+            SwitchLedgerState::RolledBack => c.rolled_back += 1,
+            SwitchLedgerState::Deleted => c.deleted += 1,
+            SwitchLedgerState::Built
+            | SwitchLedgerState::Promoted
+            | SwitchLedgerState::RolledOver => {}
         }
-        if r.was_promoted && matches!(r.state, LedgerState::Promoted | LedgerState::Deleted) {
+        if r.was_promoted
+            && matches!(
+                r.state,
+                SwitchLedgerState::Promoted | SwitchLedgerState::Deleted
+            )
+        {
             c.promoted += 1;
         }
         if r.rollover_ledger_id.is_some()
-            && matches!(r.state, LedgerState::RolledOver | LedgerState::Deleted)
+            && matches!(
+                r.state,
+                SwitchLedgerState::RolledOver | SwitchLedgerState::Deleted
+            )
         {
             c.rollover_fallback += 1;
         }

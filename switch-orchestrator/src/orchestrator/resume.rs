@@ -5,7 +5,7 @@
 use super::records::tally;
 use super::{window_end, Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::model::{Counts, LedgerState, Phase, SwitchStatus};
+use crate::model::{Counts, Phase, SwitchLedgerState, SwitchStatus};
 use crate::scan::Pages;
 
 /// Schema and cursor ledgers read from the metadata per BUILD page.
@@ -91,7 +91,7 @@ impl Orchestrator {
             .for_each_record_page(switch_id, |page| {
                 waiting += page
                     .values()
-                    .filter(|r| r.state == LedgerState::Built)
+                    .filter(|r| r.state == SwitchLedgerState::Built)
                     .count();
             })
             .await?;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::flip::{CursorFlip, Direction};
 use super::{window_end, Ctx, Orchestrator};
 use crate::error::{OrchestratorError, Result};
-use crate::model::{LedgerKind, LedgerRecord, LedgerState, Phase, SwitchStatus};
+use crate::model::{LedgerKind, Phase, SwitchLedgerRecord, SwitchLedgerState, SwitchStatus};
 
 impl Orchestrator {
     /// [`Orchestrator::rollback`], holding the lease.
@@ -121,25 +121,25 @@ impl Orchestrator {
     async fn roll_back_page(
         &self,
         ctx: &Ctx,
-        records: BTreeMap<String, LedgerRecord>,
+        records: BTreeMap<String, SwitchLedgerRecord>,
     ) -> Result<usize> {
         let switch_id = ctx.id.as_str();
-        let mut by_locator: BTreeMap<String, Vec<LedgerRecord>> = BTreeMap::new();
+        let mut by_locator: BTreeMap<String, Vec<SwitchLedgerRecord>> = BTreeMap::new();
         let mut cursors = Vec::new();
         for mut rec in records.into_values() {
             match (rec.state, rec.kind) {
-                (LedgerState::Built, _) => {
+                (SwitchLedgerState::Built, _) => {
                     self.records()
-                        .set_state(switch_id, &mut rec, LedgerState::RolledBack, None)
+                        .set_state(switch_id, &mut rec, SwitchLedgerState::RolledBack, None)
                         .await?;
                 }
-                (LedgerState::Promoted, LedgerKind::Schema) => {
+                (SwitchLedgerState::Promoted, LedgerKind::Schema) => {
                     by_locator
                         .entry(rec.owner_path.clone())
                         .or_default()
                         .push(rec);
                 }
-                (LedgerState::Promoted, LedgerKind::Cursor) => cursors.push(rec),
+                (SwitchLedgerState::Promoted, LedgerKind::Cursor) => cursors.push(rec),
                 _ => {}
             }
         }
@@ -160,9 +160,9 @@ impl Orchestrator {
             };
             for rec in &mut recs {
                 let state = if on_source.contains(&rec.ledger_id) {
-                    LedgerState::RolledBack
+                    SwitchLedgerState::RolledBack
                 } else {
-                    LedgerState::Obsolete
+                    SwitchLedgerState::Obsolete
                 };
                 self.records()
                     .set_state(switch_id, rec, state, None)
@@ -174,24 +174,24 @@ impl Orchestrator {
 
     /// Flips one promoted cursor back to the source and records it; `false`
     /// when it must be retried.
-    async fn roll_back_cursor(&self, ctx: &Ctx, rec: &mut LedgerRecord) -> Result<bool> {
+    async fn roll_back_cursor(&self, ctx: &Ctx, rec: &mut SwitchLedgerRecord) -> Result<bool> {
         let moved_on = |actual: i64| {
             format!("the cursor moved on to ledger {actual} after PROMOTE; it stays where it is")
         };
         let (state, reason) = match self.flip_cursor(ctx, Direction::Rollback, rec).await? {
             // A stamp that names neither cluster any more has nothing to go
             // back to.
-            CursorFlip::Done | CursorFlip::Elsewhere(_) => (LedgerState::RolledBack, None),
+            CursorFlip::Done | CursorFlip::Elsewhere(_) => (SwitchLedgerState::RolledBack, None),
             CursorFlip::RolledOverByOwner(new_id) => (
-                LedgerState::RolledBack,
+                SwitchLedgerState::RolledBack,
                 Some(format!("the cursor rolled over onto ledger {new_id}")),
             ),
             CursorFlip::MovedOn(actual) => {
                 rec.rollover_ledger_id = Some(actual);
-                (LedgerState::RolledOver, Some(moved_on(actual)))
+                (SwitchLedgerState::RolledOver, Some(moved_on(actual)))
             }
-            CursorFlip::Gone => (LedgerState::Obsolete, None),
-            CursorFlip::Failed(reason) => (LedgerState::Failed, Some(reason)),
+            CursorFlip::Gone => (SwitchLedgerState::Obsolete, None),
+            CursorFlip::Failed(reason) => (SwitchLedgerState::Failed, Some(reason)),
             CursorFlip::Refused(e) => {
                 let ml = rec.managed_ledger.as_deref().unwrap_or_default();
                 tracing::warn!(managed_ledger = %ml, error = %e, "cursor rollback refused");

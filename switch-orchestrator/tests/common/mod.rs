@@ -15,7 +15,7 @@ use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_in
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_switch_orchestrator::{
-    LedgerKind, LedgerState, Orchestrator, OrchestratorConfig, TopicOwners,
+    LedgerKind, Orchestrator, OrchestratorConfig, SwitchLedgerState, TopicOwners,
 };
 use tokio::task::JoinHandle;
 
@@ -338,12 +338,14 @@ impl Traffic {
 }
 
 /// Every record in a final state after a forward switch.
-pub fn assert_records_moved(records: &[bkswitch_switch_orchestrator::LedgerRecord]) {
+pub fn assert_records_moved(records: &[bkswitch_switch_orchestrator::SwitchLedgerRecord]) {
     for r in records {
         assert!(
             matches!(
                 r.state,
-                LedgerState::Promoted | LedgerState::RolledOver | LedgerState::Deleted
+                SwitchLedgerState::Promoted
+                    | SwitchLedgerState::RolledOver
+                    | SwitchLedgerState::Deleted
             ),
             "{r:?}"
         );
