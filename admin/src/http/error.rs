@@ -194,3 +194,70 @@ impl From<PromoteError> for ApiError {
         .with_details(details)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bkswitch_switch_orchestrator::Phase;
+
+    use super::*;
+
+    fn status(e: OrchestratorError) -> StatusCode {
+        ApiError::from(e).status
+    }
+
+    #[test]
+    fn orchestrator_errors_keep_their_answers() {
+        // Our own records and the managed-ledger metadata that do not parse
+        // are both the server's fault (500), each named in the message.
+        let record = ApiError::from(OrchestratorError::CorruptRecord {
+            path: "/admin/bookie-clusters/orchestrator/7".into(),
+            reason: "expected value".into(),
+        });
+        assert_eq!(record.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            record.body.error.contains("orchestrator/7"),
+            "{:?}",
+            record.body
+        );
+        let metadata = ApiError::from(OrchestratorError::CorruptMetadata {
+            path: "/schemas/t/ns/s".into(),
+            reason: "not a SchemaLocator".into(),
+        });
+        assert_eq!(metadata.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            metadata.body.error.contains("/schemas/t/ns/s"),
+            "{:?}",
+            metadata.body
+        );
+        // A contended record and a switch in progress are conflicts.
+        assert_eq!(
+            status(OrchestratorError::Contended {
+                switch_id: "7".into(),
+                what: "ledger record",
+                path: "/r".into(),
+            }),
+            StatusCode::CONFLICT
+        );
+        let starting = ApiError::from(OrchestratorError::SwitchInProgress {
+            switch_id: "7".into(),
+            target: "new".into(),
+            phase: None,
+        });
+        assert_eq!(starting.status, StatusCode::CONFLICT);
+        assert!(
+            starting.body.error.contains("starting"),
+            "{:?}",
+            starting.body
+        );
+        let building = ApiError::from(OrchestratorError::WrongPhase {
+            switch_id: "7".into(),
+            phase: Phase::Build,
+            reason: "wait".into(),
+        });
+        assert!(
+            building.body.error.contains("phase BUILD"),
+            "{:?}",
+            building.body
+        );
+    }
+}
