@@ -871,7 +871,20 @@ fn new_instance_id() -> String {
 
 #[cfg(test)]
 mod scope_tests {
-    use super::schema_prefix;
+    use super::{schema_prefix, OrchestratorConfig};
+
+    /// The coordinator no longer reads the schema storage's options (it does
+    /// not depend on the managed ledger): its defaults must stay theirs.
+    #[test]
+    fn schema_ledger_defaults_are_the_schema_storages() {
+        let schema = bkswitch_managed_ledger::schema::SchemaStorageOptions::default().ledger_config;
+        let ml = bkswitch_mledger_spi::ManagedLedgerConfig::default();
+        let c = OrchestratorConfig::default();
+        assert_eq!(c.schema_digest_type, schema.digest_type);
+        assert_eq!(c.schema_password, schema.password);
+        assert_eq!(c.cursor_digest_type, ml.digest_type);
+        assert_eq!(c.cursor_password, ml.password);
+    }
 
     #[test]
     fn schema_ids_have_no_domain_segment() {
