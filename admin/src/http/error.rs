@@ -124,6 +124,7 @@ impl From<RouterError> for ApiError {
 impl From<OrchestratorError> for ApiError {
     fn from(e: OrchestratorError) -> ApiError {
         let msg = e.to_string();
+        let retryable = e.is_retryable();
         match e {
             OrchestratorError::UnknownCluster { .. } | OrchestratorError::NoSuchSwitch { .. } => {
                 ApiError::not_found(msg)
@@ -134,7 +135,11 @@ impl From<OrchestratorError> for ApiError {
             OrchestratorError::Metadata { ref source, .. } if source.is_retryable() => {
                 ApiError::unavailable(msg)
             }
-            OrchestratorError::Client { .. } => ApiError::unavailable(msg),
+            // The client's cause says whether it passes (an unreachable
+            // cluster: 503, retry) or not (a URI the client refuses, a
+            // cluster the router does not know: 409).
+            OrchestratorError::Client { .. } if retryable => ApiError::unavailable(msg),
+            OrchestratorError::Client { .. } => ApiError::conflict(msg),
             OrchestratorError::CorruptRecord { .. }
             | OrchestratorError::CorruptMetadata { .. }
             | OrchestratorError::Metadata { .. } => ApiError::internal(msg),
@@ -249,6 +254,22 @@ mod tests {
             "{:?}",
             starting.body
         );
+        // A client error answers 503 (retry) only when its cause passes.
+        #[derive(Debug, thiserror::Error)]
+        #[error("client failed")]
+        struct Cause(bool);
+        impl bkswitch_switch_orchestrator::RetryableError for Cause {
+            fn is_retryable(&self) -> bool {
+                self.0
+            }
+        }
+        let client = |retryable| OrchestratorError::Client {
+            cluster: "new".into(),
+            reason: "the client does not start".into(),
+            source: Some(std::sync::Arc::new(Cause(retryable))),
+        };
+        assert_eq!(status(client(true)), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status(client(false)), StatusCode::CONFLICT);
         let building = ApiError::from(OrchestratorError::WrongPhase {
             switch_id: "7".into(),
             phase: Phase::Build,
