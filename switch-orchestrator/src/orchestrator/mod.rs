@@ -15,6 +15,7 @@
 //! | `rollback.rs` | ROLLBACK: the flip back and what it records |
 //! | `cleanup.rs` | CLEANUP: deleting unused copies, the status flip |
 //! | `stage.rs` | running a stage with at most `migration_concurrency` steps in flight |
+//! | `progress.rs` | the live copy progress: started from the records, read, dropped |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,6 +52,7 @@ macro_rules! fail_point {
 mod build;
 mod cleanup;
 mod flip;
+mod progress;
 mod promote;
 mod records;
 mod resume;
@@ -230,6 +232,8 @@ struct Inner {
     lock: tokio::sync::Mutex<()>,
     copied: AtomicU64,
     already_present: AtomicU64,
+    /// Live copy progress, shared with the canary views.
+    progress: Arc<crate::progress::ProgressRegistry>,
     /// This coordinator's identity in switch leases.
     instance: String,
     /// A canary: the managed-ledger (and schema id) prefix this coordinator
@@ -308,6 +312,7 @@ impl Orchestrator {
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
+                progress: Arc::default(),
                 instance: new_instance_id(),
                 scope: None,
             }),
@@ -341,6 +346,7 @@ impl Orchestrator {
                 lock: tokio::sync::Mutex::new(()),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
+                progress: shared.progress.clone(),
                 instance: new_instance_id(),
                 scope: scope.map(str::to_owned),
             }),
@@ -463,6 +469,7 @@ impl Orchestrator {
             lock: tokio::sync::Mutex::new(()),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            progress: shared.progress.clone(),
             instance: shared.instance.clone(),
             scope: shared.scope.clone(),
         });
@@ -487,6 +494,7 @@ impl Orchestrator {
             lock: tokio::sync::Mutex::new(()),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            progress: shared.progress.clone(),
             instance: shared.instance.clone(),
             scope: shared.scope.clone(),
         });
@@ -663,7 +671,14 @@ impl Orchestrator {
     /// [`OrchestratorError::WrongPhase`] during a rollback; store, registry and
     /// client errors.
     pub async fn run(&self, switch_id: &str) -> Result<SwitchStatus> {
-        self.leased(switch_id, self.run_passes(switch_id)).await
+        let progress = self.run_progress(switch_id);
+        let result = progress
+            .scope(self.leased(switch_id, self.run_passes(switch_id)))
+            .await;
+        if result.is_ok() {
+            progress.kept();
+        }
+        result
     }
 
     /// The copies [`cleanup`](Self::cleanup) would delete now.
