@@ -555,13 +555,21 @@ impl Node {
     }
 
     /// This node's status (what `GET /status` answers), with when it applied
-    /// which directive.
+    /// which directive and the latest switch's copy progress: live on the
+    /// node that copies it, read from the ledger records elsewhere while the
+    /// switch is in BUILD or PROMOTE
+    /// ([`Orchestrator::copy_progress`]).
     ///
     /// # Errors
     ///
     /// Registry and orchestrator read errors.
     pub async fn status(&self) -> Result<NodeStatus, NodeError> {
         let inner = &self.inner;
+        let switch = inner.orchestrator.current_status().await?;
+        let progress = match &switch {
+            Some(st) => inner.orchestrator.copy_progress(&st.switch_id).await?,
+            None => None,
+        };
         Ok(NodeStatus::new(
             &inner.config.node_id,
             inner.storage.active_cluster(),
@@ -569,9 +577,10 @@ impl Node {
             inner.storage.read_mode(),
             inner.sync.applied_epoch(),
             inner.registry.switch_directive().await?,
-            inner.orchestrator.current_status().await?,
+            switch,
         )
-        .with_applied(inner.sync.last_applied().as_ref()))
+        .with_applied(inner.sync.last_applied().as_ref())
+        .with_copy_progress(progress.as_ref()))
     }
 
     /// Stops the REST server and background tasks, unloads the owned topics

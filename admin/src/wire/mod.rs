@@ -15,9 +15,10 @@
 //! [`PrecheckResult`] (the registry), [`CleanupTarget`], [`Counts`] and
 //! [`Phase`] (the orchestrator).
 //!
-//! Three answers are *documents*: [`NodeStatus`], [`SwitchStatus`] and
-//! [`CleanupReport`]. The server builds each from the typed records
-//! (`NodeStatus::new`, `SwitchStatus::from`, `CleanupReport::new`); the client
+//! Four answers are *documents*: [`NodeStatus`], [`SwitchStatus`],
+//! [`CopyProgress`] (inside [`NodeStatus`]) and [`CleanupReport`]. The server
+//! builds each from the typed records (`NodeStatus::new`, `SwitchStatus::from`,
+//! `CopyProgress::from`, `CleanupReport::new`); the client
 //! keeps the JSON exactly as sent (what `bookie-clusters --json` prints) and
 //! reads it through accessors that tolerate what an older or newer server may
 //! send: a missing counter reads as 0, a missing field as `None`, and a phase
@@ -47,7 +48,7 @@ pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,
     RemoveOverrideRequest, RollbackRequest, SwitchRequest,
 };
-pub use status::{NodeStatus, SwitchFailure, SwitchStatus};
+pub use status::{CopyProgress, LedgerCopy, NodeStatus, SwitchFailure, SwitchStatus};
 
 /// The path every endpoint lives under.
 pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";
