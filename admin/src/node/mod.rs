@@ -566,8 +566,18 @@ impl Node {
     pub async fn status(&self) -> Result<NodeStatus, NodeError> {
         let inner = &self.inner;
         let switch = inner.orchestrator.current_status().await?;
+        // The copy progress is an extra: a failure to read it leaves it out
+        // rather than failing the status.
         let progress = match &switch {
-            Some(st) => inner.orchestrator.copy_progress(&st.switch_id).await?,
+            Some(st) => inner
+                .orchestrator
+                .copy_progress(&st.switch_id)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(switch = %st.switch_id, error = %e,
+                        "reading the copy progress; left out of the status");
+                    None
+                }),
             None => None,
         };
         Ok(NodeStatus::new(
