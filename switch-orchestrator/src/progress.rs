@@ -437,6 +437,39 @@ mod tests {
         assert!(p.is_complete());
     }
 
+    /// The baseline of a takeover: copied records count their entries and
+    /// bytes, failed and obsolete ones count failed; a record of an earlier
+    /// version (no `copiedBytes`) still reads, its bytes unknown (0).
+    #[test]
+    fn the_records_make_the_baseline() {
+        let record = |json: &str| -> LedgerRecord { serde_json::from_str(json).unwrap() };
+        let old = record(
+            r#"{"kind":"cursor","ledgerId":7,"ownerPath":"/m/a","copiedLastEntryId":9,
+                "state":"PROMOTED","updatedAt":1}"#,
+        );
+        assert_eq!(old.copied_bytes, None);
+        let new = record(
+            r#"{"kind":"schema","ledgerId":8,"ownerPath":"/schemas/s","copiedLastEntryId":0,
+                "copiedBytes":42,"state":"BUILT","updatedAt":1}"#,
+        );
+        let failed = record(
+            r#"{"kind":"cursor","ledgerId":9,"ownerPath":"/m/b","copiedLastEntryId":-1,
+                "state":"FAILED","reason":"gone","updatedAt":1}"#,
+        );
+        let mut base = Baseline::default();
+        for r in [&old, &new, &failed] {
+            base.add(r);
+        }
+        assert_eq!(
+            (base.ledgers, base.failed, base.entries, base.bytes),
+            (3, 1, 11, 42)
+        );
+        assert_eq!(
+            serde_json::to_value(&new).unwrap()["copiedBytes"],
+            serde_json::json!(42)
+        );
+    }
+
     #[test]
     fn an_abandoned_copy_is_not_done() {
         let registry = Arc::new(ProgressRegistry::default());
