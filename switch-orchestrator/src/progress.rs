@@ -36,7 +36,9 @@ use crate::model::{LedgerKind, LedgerRecord, LedgerState};
 /// (the source's snapshot is taken when a copy starts) and the finished
 /// ones: while `ledgersDone + copying.len() < ledgersTotal` they grow as
 /// further copies start. `ledgersTotal` counts the ledgers BUILD has found so
-/// far: it grows by pages of 1,024 ledgers on switches with more.
+/// far: it grows by pages of 1,024 ledgers on switches with more. A stale
+/// cursor copy that PROMOTE replaces (on a cursor no node owns) counts as one
+/// more copy here, not in the records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BuildProgress {
