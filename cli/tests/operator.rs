@@ -421,3 +421,118 @@ async fn every_cli_verb_against_a_node_with_exit_codes_and_no_change_on_refusal(
     assert_eq!(code, 0, "a DEPRECATED cluster can be unregistered");
     node.stop().await;
 }
+
+/// `status --watch` of the real binary, its output not a terminal: while a
+/// slow copy runs it prints `copy:` lines with the entries and bytes copied,
+/// the rate and the time left (plain lines, no bars), ending at the copies'
+/// totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_watch_shows_copy_progress_with_rate_and_eta() {
+    let store = Arc::new(MemoryStore::new());
+    let clusters = clusters();
+    let mut cfg =
+        bkswitch_admin::testkit::node_config("node-1", Arc::new(store.new_session()), &clusters);
+    cfg.orchestrator.copy_window = 1;
+    let node = bkswitch_admin::Node::start(cfg).await.unwrap();
+    let url = node.url().to_owned();
+    for i in 0..2 {
+        let ml = node
+            .open_topic(&format!("public/default/persistent/watched-{i}"))
+            .await
+            .unwrap();
+        for n in 0..80 {
+            ml.append(format!("m{n}").into_bytes()).await.unwrap();
+        }
+        let c = ml
+            .open_cursor_at("sub", InitialPosition::Earliest)
+            .await
+            .unwrap();
+        for e in c.read_entries(80).await.unwrap() {
+            c.mark_delete(e.position).await.unwrap();
+        }
+    }
+    cli(
+        &url,
+        &[
+            "register",
+            "--name",
+            "new",
+            "--metadata-service-uri",
+            "memory://new",
+        ],
+    )
+    .await
+    .unwrap();
+    // One entry per read, 25 ms per read: about two seconds per ledger.
+    clusters
+        .get("old")
+        .unwrap()
+        .set_latency(bkswitch_bk_client::OpKind::Read, Duration::from_millis(25));
+    cli(&url, &["switch", "--target", "new"]).await.unwrap();
+    let watch_url = url.clone();
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        bin(&watch_url, &["status", "--watch", "--interval-ms", "100"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains('\u{1b}') && !err.contains('\u{1b}'),
+        "no bars: {err}"
+    );
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("copy: ")).collect();
+    assert!(lines.len() >= 5, "copy lines while it runs:\n{out}");
+    for l in &lines {
+        assert!(
+            l.contains(" entries (") && l.contains(" entries/s, "),
+            "{l}"
+        );
+    }
+    // Mid-copy lines: entries copied below the total, a rate and a time left.
+    let mid = lines
+        .iter()
+        .filter(|l| !l.contains("(100.0%)"))
+        .filter(|l| {
+            let eta = l.rsplit("ETA ").next().unwrap();
+            l.contains("ETA ") && eta.starts_with(|c: char| c.is_ascii_digit())
+        })
+        .count();
+    assert!(mid >= 2, "mid-copy lines with an ETA:\n{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| !l.contains(" 0 entries/s") && !l.contains("(100.0%)")),
+        "a non-zero rate mid-copy:\n{out}"
+    );
+    // The last one: everything copied.
+    let last = lines.last().unwrap();
+    assert!(
+        last.contains("(100.0%)") && last.contains("ledgers 2/2") && last.ends_with(", done"),
+        "{last}"
+    );
+    let entries: u64 = {
+        let new = clusters.get("new").unwrap();
+        let id = node.orchestrator().current_status().await.unwrap().unwrap();
+        node.orchestrator()
+            .ledger_records(&id.switch_id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (new.ledger_metadata(r.ledger_id).unwrap().last_entry_id + 1) as u64)
+            .sum()
+    };
+    assert!(
+        last.starts_with(&format!("copy: {entries}/{entries} entries")),
+        "{last} ({entries} entries copied)"
+    );
+    assert!(out.contains("SWITCHED"), "{out}");
+    // The final view, and `status`, show the totals.
+    let field = format!("copy               {entries}/{entries} entries, ");
+    assert!(out.contains(&field), "{out}");
+    let st = cli(&url, &["status"]).await.unwrap();
+    assert!(
+        st.contains(&field) && st.contains("ledgers 2/2 (failed 0)"),
+        "{st}"
+    );
+    node.stop().await;
+}

@@ -309,6 +309,11 @@ async fn prometheus_scrapes_a_switch() {
         ("bkswitch_switch_phase{phase=\"SWITCHED\"}", 1.0),
         ("bkswitch_switch_ledgers{state=\"built\"}", 2.0),
         ("bkswitch_ledgers_copied_total", 2.0),
+        ("bkswitch_copied_entries_total", 1.0),
+        ("bkswitch_copied_bytes_total", 1.0),
+        ("bkswitch_switch_copied_entries", 1.0),
+        ("bkswitch_switch_expected_entries", 1.0),
+        ("bkswitch_switch_copy_ledgers{state=\"done\"}", 2.0),
         (
             "bkswitch_ledger_op_duration_seconds_count{cluster=\"new\",op=\"add\"}",
             1.0,

@@ -39,7 +39,8 @@ pub fn migration_ledger_id_conflict_total() -> u64 {
 ///    `add_entry_at(same entry id)`, keeping at most `options.window` entries in
 ///    flight (read and not yet handed to the destination, plus adds not yet
 ///    acknowledged). Memory is bounded by `window` × the largest entry, whatever the
-///    ledger's size. `options.progress` is called after every batch.
+///    ledger's size. `options.progress` is called before the first batch (nothing
+///    copied, the snapshot's entries and bytes as totals) and after every batch.
 /// 4. Close (seal) the destination.
 ///
 /// # Existing destination
@@ -143,7 +144,15 @@ async fn copy_inner(
         }
     }
 
-    match stream_entries(ledger_id, source.as_ref(), dest.as_ref(), lac, options).await {
+    match stream_entries(
+        ledger_id,
+        source.as_ref(),
+        dest.as_ref(),
+        (lac, length),
+        options,
+    )
+    .await
+    {
         Ok((entries, bytes)) => {
             dest.close().await.map_err(|e| {
                 // Unsealed but complete: leave it, a retry verifies it as identical.
@@ -231,13 +240,13 @@ struct InFlight {
     ack: BoxFuture<'static, bkswitch_bk_client::Result<EntryId>>,
 }
 
-/// Copy `0..=lac`, at most `options.window` entries in flight; returns the
-/// entries and bytes acknowledged.
+/// Copy `0..=lac` (`length` bytes), at most `options.window` entries in
+/// flight; returns the entries and bytes acknowledged.
 async fn stream_entries(
     ledger_id: LedgerId,
     source: &dyn ReadHandle,
     dest: &dyn WriteHandle,
-    lac: EntryId,
+    (lac, length): (EntryId, u64),
     options: &CopyOptions,
 ) -> Result<(u64, u64), Failure> {
     let window = options.window;
@@ -251,7 +260,11 @@ async fn stream_entries(
         last_entry_id: NO_ENTRY,
         reported: None,
         progress: options.progress.clone(),
+        entries_total: (lac + 1).max(0) as u64,
+        bytes_total: length,
     };
+    // Nothing copied yet: the totals are known.
+    acked.report();
     let mut next: EntryId = 0;
     while next <= lac {
         let remaining = (lac - next + 1) as u64;
@@ -259,7 +272,7 @@ async fn stream_entries(
         while window - pending.len() < wanted {
             acked.await_oldest(&mut pending).await?;
         }
-        acked.report(false);
+        acked.report();
         let n = ((window - pending.len()) as u64).min(remaining) as EntryId;
         let last = next + n - 1;
         let entries = read_batch(source, next, last)
@@ -277,7 +290,7 @@ async fn stream_entries(
     while !pending.is_empty() {
         acked.await_oldest(&mut pending).await?;
     }
-    acked.report(true);
+    acked.report();
     Ok((acked.entries, acked.bytes))
 }
 
@@ -288,6 +301,8 @@ struct Acked {
     last_entry_id: EntryId,
     reported: Option<u64>,
     progress: Option<crate::options::ProgressFn>,
+    entries_total: u64,
+    bytes_total: u64,
 }
 
 impl Acked {
@@ -314,10 +329,10 @@ impl Acked {
         Ok(())
     }
 
-    /// Call the progress callback if something was acknowledged since the last call;
-    /// the final call reports even an empty ledger.
-    fn report(&mut self, final_call: bool) {
-        if self.reported == Some(self.entries) || (self.entries == 0 && !final_call) {
+    /// Call the progress callback unless it was already called with this count
+    /// (the first call reports nothing copied, with the totals).
+    fn report(&mut self) {
+        if self.reported == Some(self.entries) {
             return;
         }
         self.reported = Some(self.entries);
@@ -327,6 +342,8 @@ impl Acked {
                 entries_copied: self.entries,
                 bytes_copied: self.bytes,
                 last_entry_id: self.last_entry_id,
+                entries_total: self.entries_total,
+                bytes_total: self.bytes_total,
             });
         }
     }

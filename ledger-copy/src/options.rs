@@ -54,8 +54,9 @@ pub struct CopyOptions {
     /// copy fails with [`CopyError::DestinationWrite`](crate::CopyError::DestinationWrite)
     /// carrying the `LedgerExists` error, without reading anything.
     pub verify_existing: bool,
-    /// Called after every batch with the entries acknowledged so far, and once at
-    /// the end.
+    /// Called once the destination is created (nothing copied yet, the totals
+    /// known), after every batch with the entries acknowledged so far, and once
+    /// at the end; never twice with the same count.
     pub progress: Option<ProgressFn>,
     /// Called once this copy has created the destination ledger, before writing
     /// to it (see [`CreatedFn`]). Not called when the destination already
@@ -147,6 +148,10 @@ pub struct CopyProgress {
     pub bytes_copied: u64,
     /// The highest acknowledged entry id (`-1` before the first).
     pub last_entry_id: EntryId,
+    /// Entries this copy copies: the source snapshot's `LAC + 1`.
+    pub entries_total: u64,
+    /// Payload bytes of those entries: the source snapshot's length.
+    pub bytes_total: u64,
 }
 
 /// How a successful copy ended.

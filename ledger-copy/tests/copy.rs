@@ -94,7 +94,9 @@ async fn empty_ledger_is_copied_and_sealed_empty() {
             ledger_id: w.id(),
             entries_copied: 0,
             bytes_copied: 0,
-            last_entry_id: NO_ENTRY
+            last_entry_id: NO_ENTRY,
+            entries_total: 0,
+            bytes_total: 0,
         }]
     );
 }
@@ -161,6 +163,11 @@ async fn progress_is_reported_per_batch_monotonically_up_to_the_totals() {
         .unwrap();
     let seen = seen.lock();
     assert!(seen.len() >= 25 / 4, "one report per batch: {seen:?}");
+    assert_eq!(
+        (seen[0].entries_copied, seen[0].bytes_copied),
+        (0, 0),
+        "the first report comes before the first batch"
+    );
     for pair in seen.windows(2) {
         assert!(pair[0].entries_copied < pair[1].entries_copied, "{seen:?}");
         assert!(pair[0].bytes_copied < pair[1].bytes_copied);
@@ -169,6 +176,7 @@ async fn progress_is_reported_per_batch_monotonically_up_to_the_totals() {
         assert_eq!(p.ledger_id, w.id());
         assert_eq!(p.last_entry_id, p.entries_copied as i64 - 1);
         assert_eq!(p.bytes_copied, p.entries_copied * 8);
+        assert_eq!((p.entries_total, p.bytes_total), (25, 200), "{p:?}");
     }
     let last = seen.last().unwrap();
     assert_eq!(

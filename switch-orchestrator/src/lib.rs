@@ -10,6 +10,7 @@ mod error;
 mod model;
 mod orchestrator;
 mod owners;
+mod progress;
 mod scan;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -27,6 +28,7 @@ pub use owners::{
     ClusterClients, CursorPromoteOutcome, CursorPromoteRequest, CursorPromoter, NoOwners,
     PromoteError, StaticClients, TopicOwners,
 };
+pub use progress::{BuildProgress, CopyCounters, LedgerProgress};
 pub use usage::{ClusterUsage, KindUsage, USAGE_SAMPLE};
 
 /// Every failpoint of the switch path (compiled only with the `failpoints`

@@ -121,6 +121,10 @@ pub struct SwitchLedgerRecord {
     pub cursor: Option<String>,
     /// The last entry id of the copy on the target.
     pub copied_last_entry_id: i64,
+    /// Payload bytes of the copy on the target (`None` in records written
+    /// by earlier versions, and for ledgers not copied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_bytes: Option<u64>,
     /// Whether the ledger had no stamp before the switch (legacy,
     /// [I17](bkswitch_docs::invariants::I17)).
     #[serde(default)]

@@ -6,7 +6,8 @@
 //! are recorded where things happen; everything else is read at scrape time
 //! from what already counts it: the registry sync ([`RouterMetrics`]), the
 //! storage (active cluster, read mode, fail-fast reads), the coordinator (the
-//! current switch's phase and counts, copies made), the ledger copy (the
+//! current switch's phase and counts, copies made, entries and bytes copied,
+//! the live copy progress of the switch it copies), the ledger copy (the
 //! proposal's `migration_ledger_id_conflict_total`) and the leader election
 //! (whether this node leads, whether any leader is known). Names follow
 //! Prometheus conventions: a `bkswitch_` prefix (besides the proposal's own
@@ -222,6 +223,18 @@ pub async fn render(node: &Node) -> String {
         "Ledgers this node's coordinator copied",
         ConstCounter::new(copies.copied),
     );
+    let written = orch.copy_counters();
+    reg.register(
+        "bkswitch_copied_entries",
+        "Entries this node's coordinator copied to target clusters (every switch; \
+         a copy started again counts again)",
+        ConstCounter::new(written.entries),
+    );
+    reg.register(
+        "bkswitch_copied_bytes",
+        "Payload bytes of those entries",
+        ConstCounter::new(written.bytes),
+    );
     let cached = m
         .status
         .lock()
@@ -280,6 +293,9 @@ pub async fn render(node: &Node) -> String {
             "Epoch (id) of the latest switch",
             ConstGauge::new(st.epoch),
         );
+        if let Some(p) = orch.live_copy_progress(&st.switch_id) {
+            register_copy_progress(&mut reg, &p);
+        }
         reg.register(
             "bkswitch_switch_updated_timestamp_seconds",
             "When the latest switch's record last changed (phase or ledger \
@@ -300,6 +316,56 @@ pub async fn render(node: &Node) -> String {
         tracing::warn!(error = %e, "encoding the metrics");
     }
     out
+}
+
+/// The latest switch's live copy progress, on the node that copies it.
+fn register_copy_progress(reg: &mut Registry, p: &bkswitch_switch_orchestrator::BuildProgress) {
+    let gauge = |n: u64| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
+    for (name, help, value) in [
+        (
+            "bkswitch_switch_copied_entries",
+            "Entries of the latest switch's schema and cursor ledgers copied so far \
+             (on the node that copies them)",
+            p.entries_copied,
+        ),
+        (
+            "bkswitch_switch_expected_entries",
+            "Entries of the latest switch's ledgers whose copy started or ended \
+             (grows while ledgers wait to start)",
+            p.entries_total,
+        ),
+        (
+            "bkswitch_switch_copied_bytes",
+            "Payload bytes of the latest switch's ledgers copied so far",
+            p.bytes_copied,
+        ),
+        (
+            "bkswitch_switch_expected_bytes",
+            "Payload bytes of the latest switch's ledgers whose copy started or ended",
+            p.bytes_total,
+        ),
+    ] {
+        reg.register(name, help, gauge(value));
+    }
+    let ledgers: Family<StateLabels, Gauge> = Family::default();
+    for (state, n) in [
+        ("total", p.ledgers_total),
+        ("done", p.ledgers_done),
+        ("failed", p.ledgers_failed),
+        ("copying", p.copying.len() as u64),
+    ] {
+        ledgers
+            .get_or_create(&StateLabels {
+                state: state.to_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    reg.register(
+        "bkswitch_switch_copy_ledgers",
+        "The latest switch's ledger copies: found so far (total), ended (done), \
+         failed, in flight (copying)",
+        ledgers,
+    );
 }
 
 /// Milliseconds since the epoch as seconds (a float: Prometheus compares

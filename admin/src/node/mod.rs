@@ -556,13 +556,31 @@ impl Node {
     }
 
     /// This node's status (what `GET /status` answers), with when it applied
-    /// which directive.
+    /// which directive and the latest switch's copy progress: live on the
+    /// node that copies it, read from the ledger records elsewhere while the
+    /// switch is in BUILD or PROMOTE
+    /// ([`Orchestrator::copy_progress`]).
     ///
     /// # Errors
     ///
     /// Registry and orchestrator read errors.
     pub async fn status(&self) -> Result<NodeStatus, NodeError> {
         let inner = &self.inner;
+        let switch = inner.orchestrator.current_status().await?;
+        // The copy progress is an extra: a failure to read it leaves it out
+        // rather than failing the status.
+        let progress = match &switch {
+            Some(st) => inner
+                .orchestrator
+                .copy_progress(&st.switch_id)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(switch = %st.switch_id, error = %e,
+                        "reading the copy progress; left out of the status");
+                    None
+                }),
+            None => None,
+        };
         Ok(NodeStatus::new(
             &inner.config.node_id,
             inner.storage.active_cluster(),
@@ -570,9 +588,10 @@ impl Node {
             inner.storage.read_mode(),
             inner.sync.applied_epoch(),
             inner.registry.switch_directive().await?,
-            inner.orchestrator.current_status().await?,
+            switch,
         )
-        .with_applied(inner.sync.last_applied().as_ref()))
+        .with_applied(inner.sync.last_applied().as_ref())
+        .with_copy_progress(progress.as_ref()))
     }
 
     /// Stops the REST server and background tasks, unloads the owned topics

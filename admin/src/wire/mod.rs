@@ -15,11 +15,12 @@
 //! [`PrecheckResult`] (the registry), [`CleanupTarget`], [`Counts`] and
 //! [`Phase`] (the orchestrator).
 //!
-//! Three answers are *documents*: [`NodeStatus`], [`SwitchStatusDoc`] and
-//! [`CleanupReportDoc`] (named so that they never meet the orchestrator's
-//! typed `SwitchStatus` and `CleanupReport` they carry). The server builds
-//! each from the typed records
-//! (`NodeStatus::new`, `SwitchStatusDoc::from`, `CleanupReportDoc::new`); the client
+//! Four answers are *documents*: [`NodeStatus`], [`SwitchStatusDoc`],
+//! [`CopyProgressDoc`] (inside [`NodeStatus`]) and [`CleanupReportDoc`] (named
+//! so that they never meet the orchestrator's typed `SwitchStatus`,
+//! `CleanupReport` and ledger-copy's `CopyProgress`). The server builds each
+//! from the typed records (`NodeStatus::new`, `SwitchStatusDoc::from`,
+//! `CopyProgressDoc::from`, `CleanupReportDoc::new`); the client
 //! keeps the JSON exactly as sent (what `bookie-clusters --json` prints) and
 //! reads it through accessors that tolerate what an older or newer server may
 //! send: a missing counter reads as 0, a missing field as `None`, and a phase
@@ -49,7 +50,7 @@ pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,
     RemoveOverrideRequest, RollbackRequest, SwitchRequest,
 };
-pub use status::{NodeStatus, SwitchFailure, SwitchStatusDoc};
+pub use status::{CopyProgressDoc, LedgerCopyDoc, NodeStatus, SwitchFailure, SwitchStatusDoc};
 
 /// The path every endpoint lives under.
 pub const BASE_PATH: &str = "/admin/v2/bookie-clusters";

@@ -1,5 +1,6 @@
-//! The status documents: a switch's progress ([`SwitchStatusDoc`]) and one node's
-//! view ([`NodeStatus`], the answer of `GET /status`).
+//! The status documents: a switch's progress ([`SwitchStatusDoc`]), its copy
+//! progress ([`CopyProgressDoc`]) and one node's view ([`NodeStatus`], the
+//! answer of `GET /status`).
 
 use bkswitch_bk_router::{AppliedDirective, ReadMode};
 use bkswitch_registry::SwitchDirective;
@@ -135,8 +136,107 @@ pub struct SwitchFailure {
     pub reason: Option<String>,
 }
 
+/// The copy progress of a switch (`CopyProgressDoc` of the API, `copyProgress`
+/// in [`NodeStatus`]): the orchestrator's
+/// [`BuildProgress`](bkswitch_switch_orchestrator::BuildProgress) as a JSON
+/// document, read through tolerant accessors (missing counters read as 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CopyProgressDoc(pub Value);
+
+impl From<&bkswitch_switch_orchestrator::BuildProgress> for CopyProgressDoc {
+    fn from(p: &bkswitch_switch_orchestrator::BuildProgress) -> CopyProgressDoc {
+        // Plain fields and string keys: serializing cannot fail.
+        CopyProgressDoc(serde_json::to_value(p).unwrap_or_default())
+    }
+}
+
+impl CopyProgressDoc {
+    /// The JSON as the server sent it.
+    pub fn raw(&self) -> &Value {
+        &self.0
+    }
+
+    /// Whether the answering node is copying (its live progress), rather
+    /// than reading the ledger records (finished ledgers only).
+    pub fn live(&self) -> bool {
+        self.0.get("live").and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    /// `(done, total)` ledgers (done: copied, found present or failed).
+    pub fn ledgers(&self) -> (u64, u64) {
+        (
+            u64_field(&self.0, "ledgersDone"),
+            u64_field(&self.0, "ledgersTotal"),
+        )
+    }
+
+    /// Ledgers whose copy failed.
+    pub fn ledgers_failed(&self) -> u64 {
+        u64_field(&self.0, "ledgersFailed")
+    }
+
+    /// `(copied, total)` entries.
+    pub fn entries(&self) -> (u64, u64) {
+        (
+            u64_field(&self.0, "entriesCopied"),
+            u64_field(&self.0, "entriesTotal"),
+        )
+    }
+
+    /// `(copied, total)` payload bytes.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            u64_field(&self.0, "bytesCopied"),
+            u64_field(&self.0, "bytesTotal"),
+        )
+    }
+
+    /// When the answering coordinator started copying (ms since the Unix
+    /// epoch), if it is.
+    pub fn started_at(&self) -> Option<i64> {
+        i64_field(&self.0, "startedAt")
+    }
+
+    /// The copies in flight.
+    pub fn copying(&self) -> Vec<LedgerCopyDoc> {
+        array(&self.0, "copying", |l| LedgerCopyDoc {
+            kind: str_field(l, "kind").map(str::to_owned),
+            ledger_id: i64_field(l, "ledgerId"),
+            source: str_field(l, "source").map(str::to_owned),
+            target: str_field(l, "target").map(str::to_owned),
+            entries_copied: u64_field(l, "entriesCopied"),
+            entries_total: u64_field(l, "entriesTotal"),
+            bytes_copied: u64_field(l, "bytesCopied"),
+            bytes_total: u64_field(l, "bytesTotal"),
+        })
+    }
+}
+
+/// One copy in flight, as the client reads it (see
+/// [`LedgerProgress`](bkswitch_switch_orchestrator::LedgerProgress)).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LedgerCopyDoc {
+    /// `schema` or `cursor`.
+    pub kind: Option<String>,
+    /// The ledger.
+    pub ledger_id: Option<i64>,
+    /// The cluster it is copied from.
+    pub source: Option<String>,
+    /// The cluster it is copied to.
+    pub target: Option<String>,
+    /// Entries copied so far.
+    pub entries_copied: u64,
+    /// Entries of the source snapshot (0 until the copy has opened it).
+    pub entries_total: u64,
+    /// Payload bytes copied so far.
+    pub bytes_copied: u64,
+    /// Payload bytes of the source snapshot.
+    pub bytes_total: u64,
+}
+
 /// One node's view (`NodeStatus` of the API, the answer of `GET /status`):
-/// `{"nodeId","activeCluster","bootstrapCluster","readMode","epoch","directive","switch","applied"}`.
+/// `{"nodeId","activeCluster","bootstrapCluster","readMode","epoch","directive","switch","applied","copyProgress"}`.
 ///
 /// The server makes it with [`NodeStatus::new`]; the client reads it through
 /// the accessors, which tolerate missing fields (see the [module docs](super)).
@@ -190,9 +290,35 @@ impl NodeStatus {
         self
     }
 
+    /// Adds the latest switch's copy progress: `copyProgress` =
+    /// [`CopyProgressDoc`], or `null` when there is none to tell.
+    #[must_use]
+    pub fn with_copy_progress(
+        mut self,
+        progress: Option<&bkswitch_switch_orchestrator::BuildProgress>,
+    ) -> NodeStatus {
+        if let Value::Object(map) = &mut self.0 {
+            map.insert(
+                "copyProgress".to_owned(),
+                progress.map_or(Value::Null, |p| CopyProgressDoc::from(p).0),
+            );
+        }
+        self
+    }
+
     /// The JSON as the server sent it.
     pub fn raw(&self) -> &Value {
         &self.0
+    }
+
+    /// The latest switch's copy progress (`copyProgress`), if the server
+    /// sent one.
+    pub fn copy_progress(&self) -> Option<CopyProgressDoc> {
+        self.0
+            .get("copyProgress")
+            .filter(|v| v.is_object())
+            .cloned()
+            .map(CopyProgressDoc)
     }
 
     /// The node answering.
@@ -250,6 +376,58 @@ impl NodeStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The progress reaches the client; a server of an earlier version
+    /// (no `copyProgress`) reads as `None`, missing counters as 0.
+    #[test]
+    fn copy_progress_reaches_the_client() {
+        use bkswitch_switch_orchestrator::{BuildProgress, LedgerKind, LedgerProgress};
+        let p = BuildProgress {
+            switch_id: "3".into(),
+            source: "old".into(),
+            target: "new".into(),
+            live: true,
+            ledgers_total: 4,
+            ledgers_done: 1,
+            ledgers_failed: 0,
+            entries_copied: 70,
+            entries_total: 160,
+            bytes_copied: 700,
+            bytes_total: 1600,
+            started_at: Some(1_000),
+            copying: vec![LedgerProgress {
+                kind: LedgerKind::Cursor,
+                ledger_id: 9,
+                source: "old".into(),
+                target: "new".into(),
+                entries_copied: 30,
+                entries_total: 40,
+                bytes_copied: 300,
+                bytes_total: 400,
+            }],
+        };
+        let sent = NodeStatus::new("n1", None, None, ReadMode::DualRead, 0, None, None)
+            .with_copy_progress(Some(&p));
+        assert_eq!(sent.raw()["copyProgress"]["entriesTotal"], 160);
+        let got = NodeStatus(serde_json::from_str(&sent.raw().to_string()).unwrap())
+            .copy_progress()
+            .unwrap();
+        assert!(got.live());
+        assert_eq!(got.ledgers(), (1, 4));
+        assert_eq!(got.entries(), (70, 160));
+        assert_eq!(got.bytes(), (700, 1600));
+        assert_eq!(got.started_at(), Some(1_000));
+        let l = &got.copying()[0];
+        assert_eq!((l.kind.as_deref(), l.ledger_id), (Some("cursor"), Some(9)));
+        assert_eq!((l.entries_copied, l.entries_total), (30, 40));
+        let none = NodeStatus::new("n1", None, None, ReadMode::DualRead, 0, None, None)
+            .with_copy_progress(None);
+        assert!(none.raw()["copyProgress"].is_null());
+        assert_eq!(none.copy_progress(), None);
+        assert_eq!(NodeStatus(json!({ "nodeId": "n1" })).copy_progress(), None);
+        let partial = CopyProgressDoc(json!({ "entriesCopied": 5 }));
+        assert_eq!((partial.entries(), partial.live()), ((5, 0), false));
+    }
     use bkswitch_switch_orchestrator::{Failure, LedgerKind};
     use serde_json::json;
 

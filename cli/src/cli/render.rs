@@ -8,9 +8,10 @@ use serde_json::Value;
 
 use crate::progress::{build_progress, promote_progress};
 use bkswitch_admin::wire::{
-    CleanupReportDoc, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, NodeStatus,
-    PrecheckResult, SwitchStatusDoc,
+    CleanupReportDoc, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, CopyProgressDoc,
+    NodeStatus, PrecheckResult, SwitchStatusDoc,
 };
+use indicatif::{HumanBytes, HumanCount};
 
 /// Writes `value` as pretty JSON.
 pub(super) fn print_json<T: Serialize + ?Sized>(out: &mut dyn Write, value: &T) -> io::Result<()> {
@@ -30,6 +31,27 @@ pub(super) fn progress_line(s: &SwitchStatusDoc) -> String {
         c.failed,
         c.promoted,
         c.rollover_fallback,
+    )
+}
+
+/// The copy progress in one field: entries, bytes and ledgers, and whether
+/// the answering node copies (live) or read the ledger records.
+fn copy_field(c: &CopyProgressDoc) -> String {
+    let (copied, total) = c.entries();
+    let (bytes, bytes_total) = c.bytes();
+    let (done, ledgers) = c.ledgers();
+    format!(
+        "{}/{} entries, {}/{}, ledgers {done}/{ledgers} (failed {}){}",
+        HumanCount(copied),
+        HumanCount(total),
+        HumanBytes(bytes),
+        HumanBytes(bytes_total),
+        c.ledgers_failed(),
+        if c.live() {
+            ""
+        } else {
+            " (from the ledger records; the coordinator shows live figures)"
+        }
     )
 }
 
@@ -281,6 +303,25 @@ pub(super) fn write_node_status(out: &mut dyn Write, s: &NodeStatus) -> io::Resu
     match &switch {
         None => fields.push(("switch", "none".to_owned())),
         Some(sw) => fields.extend(switch_fields(sw)),
+    }
+    if let Some(c) = s.copy_progress() {
+        fields.push(("copy", copy_field(&c)));
+        for l in c.copying() {
+            fields.push((
+                "  copying",
+                format!(
+                    "{} ledger {} ({} -> {}): {}/{} entries, {}/{}",
+                    l.kind.as_deref().unwrap_or("?"),
+                    opt(l.ledger_id),
+                    l.source.as_deref().unwrap_or("?"),
+                    l.target.as_deref().unwrap_or("?"),
+                    HumanCount(l.entries_copied),
+                    HumanCount(l.entries_total),
+                    HumanBytes(l.bytes_copied),
+                    HumanBytes(l.bytes_total),
+                ),
+            ));
+        }
     }
     write_fields(out, &fields)?;
     if let Some(sw) = &switch {

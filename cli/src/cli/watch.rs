@@ -1,12 +1,14 @@
 //! `status --watch`: polls `GET /status` until the switch settles, showing
-//! its progress as lines, JSON documents or terminal bars.
+//! its progress as lines, JSON documents or terminal bars; with the copy
+//! progress (entries and bytes copied, their rate and the time left) while
+//! ledgers are copied.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
 use super::error::CliError;
 use super::render::{progress_line, write_node_status};
-use crate::progress::SwitchBars;
+use crate::progress::{CopyMeter, SwitchBars};
 use bkswitch_admin::AdminClient;
 
 /// How many consecutive retryable failures `status --watch` tolerates.
@@ -15,6 +17,9 @@ pub const MAX_WATCH_ERRORS: u32 = 5;
 /// Polls `GET /status` every `interval` until the switch settles (or there is
 /// none), writing one progress line per change (one JSON document per poll
 /// with `json`, or bars on stderr with `bars`), then the final node view.
+/// While the status carries a copy progress whose figures changed, a `copy:`
+/// line follows with the entries and bytes copied, the rate and the time
+/// left (indicatif's estimates over the polls).
 pub(super) async fn watch_status(
     client: &AdminClient,
     out: &mut dyn Write,
@@ -25,6 +30,8 @@ pub(super) async fn watch_status(
     let mut bars = bars.then(SwitchBars::stderr);
     let mut failures = 0u32;
     let mut last_line = String::new();
+    let mut meter = CopyMeter::hidden();
+    let mut last_copy = None;
     loop {
         let status = match client.status().await {
             Ok(s) => {
@@ -63,15 +70,29 @@ pub(super) async fn watch_status(
             }
             return Ok(());
         };
-        match &bars {
-            Some(b) => b.update(&switch),
+        let copy = status.copy_progress();
+        match &mut bars {
+            Some(b) => {
+                b.update(&switch);
+                if let Some(c) = &copy {
+                    b.update_copy(c);
+                }
+            }
             None if !json => {
                 let line = progress_line(&switch);
                 if line != last_line {
                     writeln!(out, "{line}")?;
-                    out.flush()?;
                     last_line = line;
                 }
+                if let Some(c) = &copy {
+                    meter.observe(c);
+                    let figures = (c.entries(), c.bytes(), c.ledgers());
+                    if last_copy != Some(figures) {
+                        writeln!(out, "{}", meter.line(c))?;
+                        last_copy = Some(figures);
+                    }
+                }
+                out.flush()?;
             }
             None => {}
         }

@@ -116,7 +116,7 @@ pub(super) async fn await_switch(
     progress: bool,
 ) -> Timings {
     let mut t = Timings::default();
-    let bars = progress.then(SwitchBars::stderr);
+    let mut bars = progress.then(SwitchBars::stderr);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !t.complete() {
         if t.switch_visible.is_none() && every_node_on(&stack.nodes, "new") {
@@ -126,7 +126,13 @@ pub(super) async fn await_switch(
             t.writes_moved = Some(t0.elapsed());
         }
         if t.switched.is_none() {
-            if let Some(sw) = admin.status().await.ok().and_then(|st| st.switch()) {
+            let status = admin.status().await.ok();
+            if let Some(b) = &mut bars {
+                if let Some(c) = status.as_ref().and_then(|st| st.copy_progress()) {
+                    b.update_copy(&c);
+                }
+            }
+            if let Some(sw) = status.and_then(|st| st.switch()) {
                 if let Some(b) = &bars {
                     b.update(&sw);
                 }

@@ -37,6 +37,9 @@ impl Orchestrator {
         let (schemas, cursors): (Vec<Found>, Vec<Found>) = found
             .into_iter()
             .partition(|f| f.kind == LedgerKind::Schema);
+        self.switch_progress(ctx)
+            .await?
+            .expect(schemas.len() + cursors.len());
         let (a, b) = futures::join!(
             self.stage(schemas, |f| self.build_one(ctx, f)),
             self.stage(cursors, |f| self.build_one(ctx, f)),
@@ -79,7 +82,12 @@ impl Orchestrator {
         // where it stands, as a dying process leaves it.
         let crash = Arc::new(tokio::sync::Notify::new());
         let crashed = crash.clone();
-        let opts = self.copy_options(kind).with_on_created(move |id| {
+        let tracker = self
+            .switch_progress(ctx)
+            .await?
+            .start(&self.inner.progress, kind, ledger_id);
+        let opts = self.copy_options(kind).with_progress(tracker.callback());
+        let opts = opts.with_on_created(move |id| {
             let store = store.clone();
             let path = format!("{created_root}/{id}");
             let crashed = crashed.clone();
@@ -143,6 +151,7 @@ impl Orchestrator {
                 });
             }
         }
+        tracker.end(&result);
         if let Ok(report) = &result {
             match report.outcome {
                 CopyOutcome::Copied => self.inner.copied.fetch_add(1, Ordering::Relaxed),
@@ -188,6 +197,7 @@ impl Orchestrator {
             managed_ledger: f.managed_ledger.clone(),
             cursor: f.cursor.clone(),
             copied_last_entry_id: -1,
+            copied_bytes: None,
             was_unstamped: f.stamp.is_none(),
             target_copy: false,
             already_present: false,
@@ -201,6 +211,7 @@ impl Orchestrator {
         match copied {
             Ok(report) => {
                 rec.copied_last_entry_id = report.last_entry_id;
+                rec.copied_bytes = Some(report.bytes);
                 rec.target_copy = true;
                 rec.already_present = report.outcome == CopyOutcome::AlreadyPresent;
             }
@@ -300,9 +311,11 @@ impl Orchestrator {
         }
         // The copy is stale: replace it with one of the sealed ledger.
         self.delete_target_copy(ctx, rec).await?;
+        self.switch_progress(ctx).await?.expect(1);
         match self.copy(ctx, LedgerKind::Cursor, rec.ledger_id).await? {
             Ok(report) => {
                 rec.copied_last_entry_id = report.last_entry_id;
+                rec.copied_bytes = Some(report.bytes);
                 rec.target_copy = true;
                 self.records().put_ledger(&ctx.id, rec).await?;
                 Ok(CopyCheck::Replaced)

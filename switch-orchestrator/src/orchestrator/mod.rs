@@ -15,6 +15,7 @@
 //! | `rollback.rs` | ROLLBACK: the flip back and what it records |
 //! | `cleanup.rs` | CLEANUP: deleting unused copies, the status flip |
 //! | `stage.rs` | running a stage with at most `migration_concurrency` steps in flight |
+//! | `progress.rs` | the live copy progress: started from the records, read, dropped |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,6 +51,7 @@ macro_rules! fail_point {
 mod build;
 mod cleanup;
 mod flip;
+mod progress;
 mod promote;
 mod records;
 mod resume;
@@ -232,6 +234,8 @@ struct Inner {
     records: Arc<Records>,
     copied: AtomicU64,
     already_present: AtomicU64,
+    /// Live copy progress, shared with the canary views.
+    progress: Arc<crate::progress::ProgressRegistry>,
     /// A canary: the managed-ledger (and schema id) prefix this coordinator
     /// moves; `None` for cluster-wide switches.
     scope: Option<String>,
@@ -314,6 +318,7 @@ impl Orchestrator {
                 records: Arc::new(records),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
+                progress: Arc::default(),
                 scope: None,
             }),
         }
@@ -352,6 +357,7 @@ impl Orchestrator {
                 records: Arc::new(records),
                 copied: AtomicU64::new(0),
                 already_present: AtomicU64::new(0),
+                progress: shared.progress.clone(),
                 scope: scope.map(str::to_owned),
             }),
         }
@@ -472,6 +478,7 @@ impl Orchestrator {
             records: shared.records.clone(),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            progress: shared.progress.clone(),
             scope: shared.scope.clone(),
         });
         Orchestrator {
@@ -494,6 +501,7 @@ impl Orchestrator {
             records: shared.records.clone(),
             copied: AtomicU64::new(shared.copied.load(Ordering::Relaxed)),
             already_present: AtomicU64::new(shared.already_present.load(Ordering::Relaxed)),
+            progress: shared.progress.clone(),
             scope: shared.scope.clone(),
         });
         let records = Arc::new(inner.records.with_clock(clock));
@@ -674,9 +682,14 @@ impl Orchestrator {
     /// [`OrchestratorError::WrongPhase`] during a rollback; store, registry and
     /// client errors.
     pub async fn run(&self, switch_id: &str) -> Result<SwitchStatus> {
-        self.records()
-            .leased(switch_id, self.run_passes(switch_id))
-            .await
+        let progress = self.run_progress(switch_id);
+        let result = progress
+            .scope(self.records().leased(switch_id, self.run_passes(switch_id)))
+            .await;
+        if result.is_ok() {
+            progress.kept();
+        }
+        result
     }
 
     /// The copies [`cleanup`](Self::cleanup) would delete now.
