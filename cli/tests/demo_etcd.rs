@@ -1,0 +1,135 @@
+//! `bookie-switch demo --metadata etcd://…` on a real etcd (three members):
+//! the demo's nodes keep the registry, the election, topic ownership and the
+//! switch's records in etcd, switch mid-traffic and clean up, and every check
+//! of the demo holds; what the run left is read back from etcd afterwards. A
+//! malformed etcd URL is refused before anything starts, naming the flag.
+//!
+//! Needs the `etcd` feature (`cargo test -p bkswitch-cli --features etcd
+//! --test demo_etcd`).
+
+use std::process::Command;
+use std::sync::Arc;
+
+use bkswitch_etcd_harness::{unique_prefix, EtcdCluster};
+use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, MetadataStore};
+use bkswitch_registry::{ClusterStatus, Registry};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_switches_with_its_metadata_on_etcd() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(3));
+    let base = cluster.url(&unique_prefix());
+    let out = tokio::task::block_in_place(|| {
+        Command::new(BIN)
+            .args([
+                "demo",
+                "--metadata",
+                &base,
+                "--topics",
+                "4",
+                "--nodes",
+                "3",
+                "--rate",
+                "40",
+                "--duration",
+                "4",
+                "--json",
+            ])
+            .output()
+            .expect("run the demo")
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo exited {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status.code()
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON summary");
+    assert_eq!(report["invariantsOk"], true, "{report:#}");
+    assert!(
+        report["invariants"]
+            .as_array()
+            .expect("invariants")
+            .iter()
+            .all(|c| c["ok"] == true),
+        "{report:#}"
+    );
+    assert_eq!(report["outcome"], "DONE", "{report:#}");
+    assert_eq!(report["publishFailures"], 0, "{report:#}");
+    assert_eq!(report["consumerGaps"], 0, "{report:#}");
+    assert_eq!(report["failedLedgers"], 0, "{report:#}");
+    assert!(report["published"].as_u64().expect("published") > 0);
+    assert_eq!(
+        report["cursorsPromoted"].as_u64().expect("cursors")
+            + report["rolloverFallbacks"].as_u64().expect("fallbacks"),
+        4,
+        "{report:#}"
+    );
+    // The run's metadata: a fresh key prefix below the one given.
+    let url = report["metadataStore"]
+        .as_str()
+        .expect("metadataStore")
+        .to_owned();
+    assert!(
+        url.starts_with(&format!("{base}/bkswitch-demo-")),
+        "{url} is not below {base}"
+    );
+
+    // Read back from etcd what the run left there.
+    let store: Arc<dyn MetadataStore> = Arc::new(
+        EtcdStore::connect(&url, EtcdStoreOptions::default())
+            .await
+            .expect("a session on the demo's metadata"),
+    );
+    let clusters: Vec<(String, ClusterStatus)> = Registry::new(store.clone())
+        .list()
+        .await
+        .expect("the registry in etcd")
+        .into_iter()
+        .map(|c| (c.name, c.status))
+        .collect();
+    assert!(
+        clusters.contains(&("new".to_owned(), ClusterStatus::Active)),
+        "{clusters:?}"
+    );
+    assert_eq!(
+        clusters
+            .iter()
+            .filter(|(_, s)| *s == ClusterStatus::Active)
+            .count(),
+        1,
+        "{clusters:?}"
+    );
+    let mut topics = store
+        .children("/managed-ledgers/public/default/persistent")
+        .await
+        .expect("the topics' managed ledgers in etcd");
+    topics.sort();
+    assert_eq!(topics, ["demo-000", "demo-001", "demo-002", "demo-003"]);
+    // The nodes stopped: their sessions, and so the ephemeral election
+    // candidacies, registrations and topic ownership, are gone.
+    for dir in [
+        "/bkswitch/topic-owners",
+        "/bkswitch/nodes",
+        "/admin/bookie-clusters/leader",
+    ] {
+        let left = store.children(dir).await.unwrap_or_default();
+        assert!(left.is_empty(), "{dir} still holds {left:?}");
+    }
+    store.close().await.expect("close");
+}
+
+#[test]
+fn demo_refuses_a_malformed_etcd_url_before_starting() {
+    let out = Command::new(BIN)
+        .args(["demo", "--metadata", "etcd://no-port", "--json"])
+        .output()
+        .expect("run the demo");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--metadata"), "{stderr}");
+    assert!(stderr.contains("etcd://no-port"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
