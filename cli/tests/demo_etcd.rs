@@ -3,12 +3,18 @@
 //! switch's records in etcd, switch mid-traffic and clean up, and every check
 //! of the demo holds; what the run left is read back from etcd afterwards. A
 //! malformed etcd URL is refused before anything starts, naming the flag.
+//! And `bookie-switch serve --metadata-store-url etcd://…`: a switch under
+//! live traffic through its REST API, then a restart on the same etcd that
+//! finds the switch there.
 //!
 //! Needs the `etcd` feature (`cargo test -p bkswitch-cli --features etcd
 //! --test demo_etcd`).
 
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::AdminClient;
 
 use bkswitch_etcd_harness::{unique_prefix, EtcdCluster};
 use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, MetadataStore};
@@ -132,4 +138,143 @@ fn demo_refuses_a_malformed_etcd_url_before_starting() {
     assert!(stderr.contains("--metadata"), "{stderr}");
     assert!(stderr.contains("etcd://no-port"), "{stderr}");
     assert!(out.stdout.is_empty());
+}
+
+const ADMIN: &str = "etcd-admin-token";
+
+/// Starts `bookie-switch serve` on `metadata` with `extra` flags, its stderr
+/// into `log`; returns it with its base URL once its REST API answers.
+async fn serve(metadata: &str, log: &std::path::Path, extra: &[&str]) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("address")
+        .port();
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--metadata-store-url",
+            metadata,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--cluster-name",
+            "old",
+        ])
+        .args(extra)
+        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+        .env("BKSWITCH_INTERNAL_TOKEN", "etcd-internal-token")
+        .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
+        .spawn()
+        .expect("start serve");
+    let url = format!("http://127.0.0.1:{port}");
+    let admin = AdminClient::new(&url, ADMIN).expect("client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while admin.status().await.is_err() {
+        if let Some(code) = child.try_wait().expect("wait") {
+            panic!(
+                "serve exited {code}: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "serve did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (child, url)
+}
+
+/// Stops `child` with SIGTERM (as a service manager does) and returns its log.
+fn stop(mut child: Child, log: &std::path::Path) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let code = child.wait().expect("wait");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(code.success(), "serve exited {code}: {text}");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
+    let cluster = tokio::task::block_in_place(|| EtcdCluster::start(1));
+    let metadata = cluster.url(&unique_prefix());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("serve-1.log");
+    let (child, url) = serve(
+        &metadata,
+        &log,
+        &[
+            "--topics",
+            "public/default/persistent/a,public/default/persistent/b",
+            "--rate",
+            "30",
+        ],
+    )
+    .await;
+    let admin = AdminClient::new(&url, ADMIN).expect("client");
+    admin
+        .register("new", "memory://new", None)
+        .await
+        .expect("register new");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let epoch = admin
+        .switch("new")
+        .await
+        .expect("switch")
+        .epoch()
+        .expect("epoch");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let st = admin.status().await.expect("status").0;
+        if st["switch"]["phase"] == "SWITCHED" {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "not SWITCHED: {st:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(st["activeCluster"], "new", "{st:#}");
+    assert_eq!(st["epoch"], epoch, "{st:#}");
+    assert_eq!(st["switch"]["counts"]["failed"], 0, "{st:#}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = stop(child, &log);
+    assert!(
+        text.contains(" 0 publish failures, 0 gaps"),
+        "the traffic summary: {text}"
+    );
+
+    // The switch is in etcd: the directive names `new`, and a node started
+    // again on the same metadata creates its ledgers there.
+    let store: Arc<dyn MetadataStore> = Arc::new(
+        EtcdStore::connect(&metadata, EtcdStoreOptions::default())
+            .await
+            .expect("a session"),
+    );
+    let directive = Registry::new(store.clone())
+        .switch_directive()
+        .await
+        .expect("the directive in etcd")
+        .expect("a directive");
+    assert_eq!(directive.epoch, epoch);
+    assert_eq!(directive.target, "new");
+    assert!(
+        store
+            .children("/managed-ledgers/public/default/persistent")
+            .await
+            .expect("the topics in etcd")
+            .len()
+            == 2
+    );
+    let log2 = dir.path().join("serve-2.log");
+    let (child, url) = serve(&metadata, &log2, &[]).await;
+    let st = AdminClient::new(&url, ADMIN)
+        .expect("client")
+        .status()
+        .await
+        .expect("status")
+        .0;
+    assert_eq!(st["activeCluster"], "new", "{st:#}");
+    assert_eq!(st["epoch"], epoch, "{st:#}");
+    stop(child, &log2);
+    store.close().await.expect("close");
 }
