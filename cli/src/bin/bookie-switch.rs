@@ -128,7 +128,8 @@ struct ServeArgs {
     /// `--metadata-store-url`).
     #[arg(long, visible_alias = "metadata-store-url")]
     metadata_store: Option<String>,
-    /// ZooKeeper session timeout of the metadata store: how long after this
+    /// Session timeout of the metadata store (the ZooKeeper session; on etcd
+    /// the lease TTL, whole seconds, at least 2 s): how long after this
     /// process dies its ephemeral nodes (topic ownership, election candidacy)
     /// stay, and so how soon the leader takes over a switch it was
     /// coordinating (file key `metadataStoreSessionTimeoutMillis`, default 30000).
