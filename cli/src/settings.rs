@@ -17,7 +17,7 @@
 //! | `rollbackWindowHours` | `24` | how long a switch can be rolled back (no cleanup inside it) |
 //! | `oldLedgerReadTimeoutMs` | `5000` | bound on operations on a non-active cluster |
 //! | `metadataStoreUrl` | `memory` | `memory`, `zk://host:port[,host:port…][/chroot]` or `etcd://host:port[,host:port…][/prefix]` |
-//! | `metadataStoreSessionTimeoutMillis` | `30000` | the ZooKeeper session timeout |
+//! | `metadataStoreSessionTimeoutMillis` | `30000` | the metadata session timeout (ZooKeeper session; etcd lease TTL, whole seconds, at least 2 s) |
 //! | `bkswitchNodeId` | `node-1` | this node's id, unique among live nodes |
 //! | `bkswitchListenAddress` | `127.0.0.1:8080` | REST API and `/metrics` address |
 //! | `bkswitchForcedRolloverRate` | `100` | topics rolled over per second after a switch (0: natural rollover only) |
@@ -84,7 +84,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     (
         "metadataStoreSessionTimeoutMillis",
         "30000",
-        "the ZooKeeper session timeout",
+        "the metadata session timeout (ZooKeeper session; etcd lease TTL, whole seconds, at least 2 s)",
     ),
     ("bkswitchNodeId", "node-1", "this node's id"),
     (

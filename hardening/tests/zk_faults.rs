@@ -5,21 +5,17 @@
 //! session and REST API, share in-memory bookie clusters; their topics carry
 //! live traffic.
 
+mod switch_stack;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
-use bkswitch_admin::Node;
-use bkswitch_bk_client::MemoryClusters;
-use bkswitch_cli::{TopicHandle, Traffic, TrafficReport};
-use bkswitch_hardening::{clusters, start_node, tree, wait_for, wait_switched, ADMIN};
-use bkswitch_managed_ledger::InitialPosition;
-use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
-use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
-use bkswitch_proto::Stamped;
+use bkswitch_hardening::{wait_for, ADMIN};
+use bkswitch_metadata_store::{ZkStore, ZkStoreOptions};
 use bkswitch_registry::ClusterStatus;
-use bkswitch_switch_orchestrator::SwitchStatus;
 use bkswitch_zk_harness::{ZkEnsemble, ZkServer};
+use switch_stack::{applied, converged, duties, metadata_intact, rolled, stop_traffic};
 
 fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
     ZkStoreOptions {
@@ -28,13 +24,6 @@ fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
         connect_timeout: Duration::from_secs(30),
         reconnect_delay: Duration::from_millis(reconnect_delay_ms),
     }
-}
-
-/// A node on the private server plus the topics it owns.
-struct Member {
-    node: Node,
-    store: Arc<ZkStore>,
-    topics: Vec<String>,
 }
 
 /// The ZooKeeper a stack runs on.
@@ -52,239 +41,53 @@ impl Zk {
     }
 }
 
-struct Stack {
+type Stack = switch_stack::Stack<ZkStore, Zk>;
+
+/// Starts a private server and one node per entry of `sessions` (session
+/// seconds, reconnect delay ms), in order (the first one leads), each with
+/// `topics_per_node` topics when `with_topics[i]`; registers `new` STANDBY.
+async fn start(sessions: &[(u64, u64)], topics_per_node: usize, with_topics: &[bool]) -> Stack {
+    start_on(
+        Zk::Server(ZkServer::start()),
+        sessions,
+        topics_per_node,
+        with_topics,
+    )
+    .await
+}
+
+/// As [`start`], on `zk`.
+async fn start_on(
     zk: Zk,
-    clusters: MemoryClusters,
-    members: Vec<Member>,
-}
-
-impl Stack {
-    /// Starts the server and one node per entry of `sessions` (session
-    /// seconds, reconnect delay ms), in order (the first one leads), each with
-    /// `topics_per_node` topics (cursor `sub`, one schema each) when
-    /// `with_topics[i]`; registers `new` STANDBY.
-    async fn start(sessions: &[(u64, u64)], topics_per_node: usize, with_topics: &[bool]) -> Stack {
-        Self::start_on(
-            Zk::Server(ZkServer::start()),
-            sessions,
-            topics_per_node,
-            with_topics,
-        )
-        .await
-    }
-
-    /// As [`start`](Self::start), on `zk`.
-    async fn start_on(
-        zk: Zk,
-        sessions: &[(u64, u64)],
-        topics_per_node: usize,
-        with_topics: &[bool],
-    ) -> Stack {
-        let url = format!(
-            "zk://{}{}",
-            zk.connect_string(),
-            bkswitch_zk_harness::unique_chroot()
-        );
-        let clusters = clusters();
-        // Copies on `new` take a little time, so the switch is still running
-        // when the fault hits.
-        clusters
-            .get("new")
-            .expect("new")
-            .set_latency_all(Duration::from_millis(2));
-        let mut members = Vec::new();
-        for (i, (session, reconnect)) in sessions.iter().enumerate() {
-            let store = Arc::new(
-                ZkStore::connect(&url, options(*session, *reconnect))
-                    .await
-                    .expect("ZooKeeper session"),
-            );
-            let id = format!("node-{}", i + 1);
-            let node = start_node(&id, store.clone(), &clusters).await;
-            let topics = if with_topics[i] {
-                (0..topics_per_node)
-                    .map(|t| format!("tenant/ns/persistent/n{}-t{t}", i + 1))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            members.push(Member {
-                node,
-                store,
-                topics,
-            });
-        }
-        let admin = AdminClient::new(members[0].node.url(), ADMIN).expect("client");
-        admin
-            .register("new", "memory://new", Some(ClusterStatus::Standby))
-            .await
-            .expect("register new");
-        Stack {
-            zk,
-            clusters,
-            members,
-        }
-    }
-
-    /// Opens every member's topics and starts traffic on each member.
-    async fn traffic(&self) -> Vec<Traffic> {
-        let mut out = Vec::new();
-        for m in &self.members {
-            let mut handles = Vec::new();
-            for name in &m.topics {
-                let ledger = m.node.open_topic(name).await.expect("open topic");
-                let cursor = ledger
-                    .open_cursor_at("sub", InitialPosition::Earliest)
-                    .await
-                    .expect("cursor");
-                m.node
-                    .schemas()
-                    .put(&schema_id(name), b"v1", b"h1")
-                    .await
-                    .expect("schema");
-                handles.push(TopicHandle { ledger, cursor });
-            }
-            out.push(Traffic::start(&handles, 50, 64));
-        }
-        out
-    }
-
-    fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.members.iter().map(|m| &m.node)
-    }
-
-    /// Stops the server (clients see their connections drop) and starts it
-    /// again after `down`, off the async threads. Returns when it answers.
-    async fn bounce(&self, down: Duration) {
-        let Zk::Server(server) = &self.zk else {
-            panic!("bounce needs a single server");
-        };
-        tokio::task::block_in_place(|| server.stop());
-        tokio::time::sleep(down).await;
-        tokio::task::block_in_place(|| server.start_again());
-    }
-
-    async fn shutdown(self) {
-        for m in &self.members {
-            m.node.stop().await;
-            let _ = m.store.close().await;
-        }
-    }
-}
-
-fn schema_id(topic: &str) -> String {
-    format!("schema-{topic}").replace('/', "-")
-}
-
-/// Waits until `node` applied `epoch`; returns when (measured from `since`).
-async fn applied(node: &Node, epoch: i64, since: Instant, timeout: Duration) -> Duration {
-    let mut w = node.sync().applied_epoch_watch();
-    tokio::time::timeout(timeout, w.wait_for(|e| *e >= epoch))
-        .await
-        .unwrap_or_else(|_| panic!("{} did not apply epoch {epoch}", node.node_id()))
-        .expect("sync running");
-    since.elapsed()
-}
-
-/// Waits for the switch to converge on `node`'s view: SWITCHED, no failure,
-/// every built ledger promoted (or rolled over).
-async fn converged(node: &Node) -> SwitchStatus {
-    let st = wait_switched(node.orchestrator(), Duration::from_secs(40)).await;
-    assert_eq!(st.phase.as_str(), "SWITCHED", "{st:?}");
-    assert_eq!(st.counts.failed, 0, "{st:?}");
-    assert_eq!(
-        st.counts.promoted + st.counts.rollover_fallback,
-        st.counts.built,
-        "{st:?}"
+    sessions: &[(u64, u64)],
+    topics_per_node: usize,
+    with_topics: &[bool],
+) -> Stack {
+    let url = format!(
+        "zk://{}{}",
+        zk.connect_string(),
+        bkswitch_zk_harness::unique_chroot()
     );
-    st
-}
-
-/// Every owned topic's last ledger is on `new` (forced rollover).
-async fn rolled(stack: &Stack) {
-    wait_for("forced rollovers", Duration::from_secs(20), || {
-        stack.nodes().all(|n| {
-            n.topics().list().iter().all(|t| {
-                n.topics().get(t).is_some_and(|ml| {
-                    ml.metadata()
-                        .0
-                        .ledger_info
-                        .last()
-                        .and_then(|l| l.cluster_stamp().ok().flatten())
-                        == Some("new")
-                })
-            })
-        })
-    })
-    .await;
-}
-
-/// Stops every member's traffic; acknowledged entries are never lost.
-async fn stop_traffic(traffic: Vec<Traffic>) -> Vec<TrafficReport> {
-    let mut out = Vec::new();
-    for t in traffic {
-        let r = t.stop(Duration::from_secs(10)).await;
-        assert_eq!(r.consumer_gaps, 0, "{r:?}");
-        assert!(r.consumed >= r.published, "{r:?}");
-        out.push(r);
-    }
-    out
-}
-
-/// No metadata lost: every managed-ledger, cursor and schema node is present
-/// and decodable, every cursor and schema stamped `new` with its ledger on
-/// `new`.
-async fn metadata_intact(stack: &Stack) {
-    let store: &dyn MetadataStore = stack.members[0].store.as_ref();
-    let snapshot = tree(store).await;
-    let new = stack.clusters.get("new").expect("new");
-    for m in &stack.members {
-        for name in &m.topics {
-            let ml_path = format!("/managed-ledgers/{name}");
-            let (ml, _) = snapshot
-                .get(&ml_path)
-                .unwrap_or_else(|| panic!("{ml_path} lost"));
-            let info = decode_managed_ledger_info(ml).expect("managed ledger decodes");
-            assert!(!info.ledger_info.is_empty(), "{ml_path}");
-            let cursor_path = format!("{ml_path}/sub");
-            let (c, _) = snapshot
-                .get(&cursor_path)
-                .unwrap_or_else(|| panic!("{cursor_path} lost"));
-            let c = decode_managed_cursor_info(c).expect("cursor decodes");
-            assert_eq!(
-                c.cluster_stamp().expect("stamp"),
-                Some("new"),
-                "{cursor_path}"
-            );
-            assert!(new.contains_ledger(c.cursors_ledger_id), "{cursor_path}");
-            let (loc, _) = m
-                .node
-                .schemas()
-                .locator(&schema_id(name))
+    let mut stores = Vec::new();
+    for (session, reconnect) in sessions {
+        stores.push(Arc::new(
+            ZkStore::connect(&url, options(*session, *reconnect))
                 .await
-                .expect("locator decodes")
-                .unwrap_or_else(|| panic!("schema of {name} lost"));
-            assert_eq!(
-                loc.info.position.cluster_stamp().expect("stamp"),
-                Some("new"),
-                "{name}"
-            );
-            let s = m
-                .node
-                .schemas()
-                .get_latest(&schema_id(name))
-                .await
-                .expect("schema");
-            assert_eq!(&s.data[..], b"v1");
-        }
+                .expect("ZooKeeper session"),
+        ));
     }
+    Stack::start(zk, stores, topics_per_node, with_topics).await
 }
 
-fn duties(stack: &Stack) -> Vec<u64> {
-    stack
-        .nodes()
-        .map(|n| n.sync().metrics().snapshot().coordinator_duties)
-        .collect()
+/// Stops the private server (clients see their connections drop) and starts
+/// it again after `down`, off the async threads. Returns when it answers.
+async fn bounce(stack: &Stack, down: Duration) {
+    let Zk::Server(server) = &stack.meta else {
+        panic!("bounce needs a single server");
+    };
+    tokio::task::block_in_place(|| server.stop());
+    tokio::time::sleep(down).await;
+    tokio::task::block_in_place(|| server.start_again());
 }
 
 /// (a) The ZooKeeper server restarts (down ~1 s) right after `POST /switch`
@@ -293,7 +96,7 @@ fn duties(stack: &Stack) -> Vec<u64> {
 /// and be retried during the outage).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zookeeper_restart_during_a_switch() {
-    let stack = Stack::start(&[(20, 100), (20, 100), (20, 100)], 2, &[true; 3]).await;
+    let stack = start(&[(20, 100), (20, 100), (20, 100)], 2, &[true; 3]).await;
     let traffic = stack.traffic().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -305,7 +108,7 @@ async fn zookeeper_restart_during_a_switch() {
         .epoch()
         .expect("epoch");
     let applied_before = stack.nodes().all(|n| n.sync().applied_epoch() >= epoch);
-    stack.bounce(Duration::from_secs(1)).await;
+    bounce(&stack, Duration::from_secs(1)).await;
     let back = Instant::now();
     let mut took = Vec::new();
     for n in stack.nodes() {
@@ -341,11 +144,11 @@ async fn zookeeper_restart_during_a_switch() {
 /// the only coordinator of the epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn session_expiry_of_a_node_during_a_switch() {
-    let stack = Stack::start(&[(20, 100), (20, 100), (2, 6_000)], 2, &[true, true, false]).await;
+    let stack = start(&[(20, 100), (20, 100), (2, 6_000)], 2, &[true, true, false]).await;
     let traffic = stack.traffic().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    stack.bounce(Duration::from_millis(200)).await;
+    bounce(&stack, Duration::from_millis(200)).await;
     let back = Instant::now();
     // node-3 is away for 6 s: the directive is written while it cannot see it.
     let admin = AdminClient::new(stack.members[0].node.url(), ADMIN).expect("client");
@@ -399,7 +202,7 @@ async fn session_expiry_of_a_node_during_a_switch() {
 /// ledger is copied twice over all nodes, and the switch converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leader_session_expires_while_it_coordinates_an_origin_less_switch() {
-    let stack = Stack::start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
+    let stack = start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
     assert!(
         stack.members[0].node.sync().is_leader(),
         "node-1 joined first"
@@ -424,7 +227,7 @@ async fn leader_session_expires_while_it_coordinates_an_origin_less_switch() {
         .await
         .expect("status")
         .map(|s| s.phase);
-    stack.bounce(Duration::from_millis(200)).await;
+    bounce(&stack, Duration::from_millis(200)).await;
     let back = Instant::now();
     wait_for("a new leader", Duration::from_secs(15), || {
         stack.members[1].node.sync().leader().as_deref() == Some("node-2")
@@ -481,7 +284,7 @@ async fn leader_session_expires_while_it_coordinates_an_origin_less_switch() {
 /// becomes leader after applying it) and the switch converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn origin_less_switch_while_the_leader_session_expires() {
-    let stack = Stack::start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
+    let stack = start(&[(2, 6_000), (20, 100), (20, 100)], 3, &[false, true, true]).await;
     assert!(
         stack.members[0].node.sync().is_leader(),
         "node-1 joined first"
@@ -489,7 +292,7 @@ async fn origin_less_switch_while_the_leader_session_expires() {
     let traffic = stack.traffic().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    stack.bounce(Duration::from_millis(200)).await;
+    bounce(&stack, Duration::from_millis(200)).await;
     let back = Instant::now();
     let orch = stack.members[1].node.orchestrator();
     let started = loop {
@@ -555,7 +358,7 @@ async fn origin_less_switch_while_the_leader_session_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zookeeper_leader_killed_in_an_ensemble_during_a_switch() {
     let ensemble = tokio::task::block_in_place(|| ZkEnsemble::start(3));
-    let stack = Stack::start_on(
+    let stack = start_on(
         Zk::Ensemble(ensemble),
         &[(20, 100), (20, 100), (20, 100)],
         2,
@@ -572,7 +375,7 @@ async fn zookeeper_leader_killed_in_an_ensemble_during_a_switch() {
         .expect("switch")
         .epoch()
         .expect("epoch");
-    let Zk::Ensemble(ensemble) = &stack.zk else {
+    let Zk::Ensemble(ensemble) = &stack.meta else {
         unreachable!()
     };
     let killed = tokio::task::block_in_place(|| ensemble.kill_leader());

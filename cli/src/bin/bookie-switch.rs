@@ -81,14 +81,18 @@ struct DemoArgs {
     /// natural rollover).
     #[arg(long)]
     no_forced_rollover: bool,
-    /// Put the metadata on this ZooKeeper (`zk://host:port[/chroot]`; the demo
-    /// uses a fresh chroot below it) instead of in memory.
-    #[arg(long, value_name = "URL")]
-    zk: Option<String>,
+    /// Where the nodes keep their metadata (registry, election, topic
+    /// ownership, the switch's records): `memory` (the default),
+    /// `zk://host:port[,…][/chroot]` or `etcd://host:port[,…][/prefix]` (a
+    /// build with the `etcd` feature); the demo uses a fresh chroot or key
+    /// prefix below it. The bookie clusters keep their own metadata service
+    /// (ZooKeeper) either way. `--zk` is an alias.
+    #[arg(long, visible_alias = "zk", value_name = "URL")]
+    metadata: Option<String>,
     /// `memory` (embedded, the default) or `real`: two real BookKeeper
     /// clusters started on this machine (needs Java and the jars that
     /// `scripts/fetch-java-deps.sh` fetches), metadata on a real ZooKeeper
-    /// (the one `--zk` names, else one the demo starts).
+    /// (the one `--metadata zk://…` names, else one the demo starts).
     #[arg(long, value_enum, default_value_t = BookKeeperKind::Memory)]
     bookkeeper: BookKeeperKind,
     /// Bookies per real cluster (with `--bookkeeper real`).
@@ -124,7 +128,8 @@ struct ServeArgs {
     /// `--metadata-store-url`).
     #[arg(long, visible_alias = "metadata-store-url")]
     metadata_store: Option<String>,
-    /// ZooKeeper session timeout of the metadata store: how long after this
+    /// Session timeout of the metadata store (the ZooKeeper session; on etcd
+    /// the lease TTL, whole seconds, at least 2 s): how long after this
     /// process dies its ephemeral nodes (topic ownership, election candidacy)
     /// stay, and so how soon the leader takes over a switch it was
     /// coordinating (file key `metadataStoreSessionTimeoutMillis`, default 30000).
@@ -286,7 +291,7 @@ async fn demo(a: DemoArgs) -> ExitCode {
         schema_versions: a.schema_versions,
         rollback: a.rollback,
         forced_rollover: !a.no_forced_rollover,
-        zk: a.zk,
+        metadata: a.metadata,
         bookkeeper: match a.bookkeeper {
             BookKeeperKind::Memory => DemoBookKeeper::Memory,
             BookKeeperKind::Real => DemoBookKeeper::Real { bookies: a.bookies },

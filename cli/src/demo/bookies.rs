@@ -35,7 +35,7 @@ pub(super) enum Bookies {
 
 /// Two real clusters and the ZooKeeper they register in.
 pub(super) struct RealClusters {
-    /// The ZooKeeper the demo started (none when `--zk` named one).
+    /// The ZooKeeper the demo started (none when `--metadata` named one).
     _zk: Option<ZkServer>,
     zk_connect: String,
     old: BkCluster,
@@ -43,7 +43,7 @@ pub(super) struct RealClusters {
 }
 
 impl Bookies {
-    /// Starts the clusters; `zk` is the `--zk` URL, if any (real clusters
+    /// Starts the clusters; `zk` is the `--metadata` ZooKeeper URL, if any (real clusters
     /// register their bookies there too).
     pub(super) async fn start(
         kind: DemoBookKeeper,

@@ -5,7 +5,11 @@
 //!
 //! Embedded default: one in-memory metadata store (each node has its own
 //! session) and two in-memory BookKeeper clusters, `old` and `new`.
-//! `--zk` puts the metadata on a real ZooKeeper instead (under a fresh chroot).
+//! `--metadata zk://…` puts the metadata on a real ZooKeeper instead (under a
+//! fresh chroot), `--metadata etcd://…` on a real etcd (under a fresh key
+//! prefix; a build with the `etcd` feature): the registry, the election,
+//! topic ownership and the switch's records then live there, while the
+//! bookie clusters keep their own metadata service.
 //! `--bookkeeper real` runs on two real BookKeeper clusters started on this
 //! machine (bookie JVMs, `--bookies` each, metadata on a real ZooKeeper), and
 //! shows the operator's id-generator step before the switch.
@@ -56,11 +60,7 @@ pub async fn run_demo(opts: &DemoOptions, say: Say<'_>) -> Result<DemoReport, De
     say(&format!(
         "starting {} nodes on {} metadata, {} bookie clusters 'old' (active) and 'new'",
         opts.nodes,
-        if stack.on_zookeeper() {
-            "ZooKeeper"
-        } else {
-            "in-memory"
-        },
+        stack.metadata_kind(),
         stack.bookies.describe(),
     ));
     let metadata_before = snapshot_tree(stack.store().as_ref()).await;

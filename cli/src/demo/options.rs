@@ -24,8 +24,12 @@ pub struct DemoOptions {
     /// Roll every topic over right after the switch
     /// ([design §5.2](bkswitch_docs::design)).
     pub forced_rollover: bool,
-    /// `zk://host:port[/chroot]`: metadata on ZooKeeper instead of in memory.
-    pub zk: Option<String>,
+    /// Where the nodes keep their metadata: `None` (or `memory`) in memory,
+    /// `zk://host:port[,…][/chroot]` on ZooKeeper or
+    /// `etcd://host:port[,…][/prefix]` on etcd (a build with the `etcd`
+    /// feature); the run uses a fresh chroot or key prefix below it. The
+    /// bookie clusters keep their own metadata service either way.
+    pub metadata: Option<String>,
     /// The bookie clusters: in memory (default) or real BookKeeper.
     pub bookkeeper: DemoBookKeeper,
     /// Draw progress bars (on a terminal).
@@ -42,7 +46,7 @@ impl Default for DemoOptions {
             schema_versions: 3,
             rollback: false,
             forced_rollover: true,
-            zk: None,
+            metadata: None,
             bookkeeper: DemoBookKeeper::Memory,
             progress: false,
         }
@@ -60,6 +64,10 @@ impl DemoOptions {
         }
         if self.bookkeeper == (DemoBookKeeper::Real { bookies: 0 }) {
             return Err(DemoError::new("options", "--bookies must be at least 1"));
+        }
+        if let Some(url) = &self.metadata {
+            bkswitch_metadata_store::check_store_url(url)
+                .map_err(|e| DemoError::new("options", format!("--metadata: {e}")))?;
         }
         Ok(())
     }

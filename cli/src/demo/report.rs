@@ -25,7 +25,8 @@ pub struct DemoReport {
     pub topics: usize,
     /// Nodes.
     pub nodes: usize,
-    /// Where the metadata lived (`memory` or the ZooKeeper URL).
+    /// Where the metadata lived (`memory`, or the ZooKeeper or etcd URL with
+    /// the run's chroot or key prefix).
     pub metadata_store: String,
     /// The bookie clusters: `memory`, or `real (N bookies per cluster)`.
     pub bookkeeper: String,

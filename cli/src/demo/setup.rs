@@ -1,12 +1,13 @@
 //! The demo's world: two bookie clusters `old` and `new` (in memory, or real:
 //! see `bookies.rs`), the metadata store (in memory, or a fresh chroot on
-//! ZooKeeper), the nodes, and the topics with their consumers and schemas.
+//! ZooKeeper or key prefix on etcd), the nodes, and the topics with their
+//! consumers and schemas.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_managed_ledger::InitialPosition;
-use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
+use bkswitch_metadata_store::{open_store, MemoryStore, MetadataStore, StoreTimeouts};
 use bkswitch_mledger_spi::ManagedLedgerConfig;
 use bkswitch_switch_orchestrator::OrchestratorConfig;
 
@@ -26,11 +27,12 @@ pub(super) const NEW_CLUSTER_FIRST_ID: i64 = 1_000_000;
 
 /// Everything a demo run starts.
 pub(super) struct Stack {
-    /// The in-memory store every node has a session of (unused with `zk`).
+    /// The in-memory store every node has a session of (unused with
+    /// `metadata`).
     shared: MemoryStore,
-    /// The ZooKeeper URL, if the metadata lives there.
-    zk: Option<String>,
-    /// The fresh chroot under `zk`.
+    /// The ZooKeeper or etcd URL, if the metadata lives there.
+    metadata: Option<String>,
+    /// The fresh chroot (key prefix) under `metadata`.
     chroot: String,
     /// The bookie clusters `old` and `new`.
     pub(super) bookies: Bookies,
@@ -46,16 +48,15 @@ impl Stack {
     /// a consumer and `schema_versions` schema versions.
     pub(super) async fn start(opts: &DemoOptions) -> Result<Stack, DemoError> {
         let run_id = format!("bkswitch-demo-{}", now_ms());
-        let bookies = Bookies::start(
-            opts.bookkeeper,
-            opts.zk.as_deref(),
-            &run_id,
-            NEW_CLUSTER_FIRST_ID,
-        )
-        .await?;
-        // Real clusters keep their metadata on a real ZooKeeper: the nodes'
-        // too, unless `--zk` named one already.
-        let zk = opts.zk.clone().or_else(|| {
+        let metadata = opts.metadata.clone().filter(|url| url != "memory");
+        // Real clusters register in the ZooKeeper `--metadata` names, if it
+        // names one; else they start their own (with etcd metadata, the bookie
+        // clusters still keep their own metadata service, ZooKeeper).
+        let zk = metadata.as_deref().filter(|url| url.starts_with("zk://"));
+        let bookies = Bookies::start(opts.bookkeeper, zk, &run_id, NEW_CLUSTER_FIRST_ID).await?;
+        // The nodes' metadata goes where `--metadata` says; without it, next
+        // to the real clusters' metadata on their ZooKeeper.
+        let metadata = metadata.or_else(|| {
             bookies
                 .zk_connect()
                 .map(|c| format!("zk://{}", c.split(',').next().unwrap_or(c)))
@@ -63,7 +64,7 @@ impl Stack {
         let q = bookies.quorum();
         let mut stack = Stack {
             shared: MemoryStore::new(),
-            zk,
+            metadata,
             chroot: format!("/{run_id}"),
             bookies,
             ledger_config: ManagedLedgerConfig::default()
@@ -84,15 +85,19 @@ impl Stack {
         self.nodes[0].registry().store().clone()
     }
 
-    /// Whether the metadata lives on ZooKeeper.
-    pub(super) fn on_zookeeper(&self) -> bool {
-        self.zk.is_some()
+    /// What kind of metadata store the nodes run on, for the progress lines.
+    pub(super) fn metadata_kind(&self) -> &'static str {
+        match self.metadata.as_deref() {
+            None => "in-memory",
+            Some(url) if url.starts_with("etcd://") => "etcd",
+            Some(_) => "ZooKeeper",
+        }
     }
 
-    /// What the report calls the metadata store: `memory` or the ZooKeeper
-    /// URL with the run's chroot.
+    /// What the report calls the metadata store: `memory`, or the ZooKeeper
+    /// or etcd URL with the run's chroot (key prefix).
     pub(super) fn metadata_store(&self) -> String {
-        match &self.zk {
+        match &self.metadata {
             None => "memory".to_owned(),
             Some(url) => format!("{}{}", url.trim_end_matches('/'), self.chroot),
         }
@@ -184,15 +189,14 @@ impl Stack {
 
     /// A new session of the metadata store.
     async fn open_store(&self) -> Result<Arc<dyn MetadataStore>, DemoError> {
-        match &self.zk {
+        match &self.metadata {
             None => Ok(Arc::new(self.shared.new_session())),
-            Some(url) => {
-                let url = format!("{}{}", url.trim_end_matches('/'), self.chroot);
-                let store = ZkStore::connect(&url, ZkStoreOptions::default())
-                    .await
-                    .map_err(step_err("connecting to ZooKeeper"))?;
-                Ok(Arc::new(store))
-            }
+            Some(_) => open_store(&self.metadata_store(), StoreTimeouts::default())
+                .await
+                .map_err(step_err(match self.metadata_kind() {
+                    "etcd" => "connecting to etcd",
+                    _ => "connecting to ZooKeeper",
+                })),
         }
     }
 }

@@ -27,6 +27,7 @@
 //! is lost or reordered; when etcd compacted that revision away the watch
 //! re-reads the node and reports what differs.
 
+mod endpoints;
 mod url;
 
 pub use url::check_etcd_url;
@@ -130,6 +131,9 @@ struct Inner {
     connected: AtomicBool,
     closed: AtomicBool,
     signals: broadcast::Sender<Signal>,
+    /// Keeps the client off members that refuse connections (several
+    /// endpoints only).
+    doctor: Option<Arc<endpoints::Doctor>>,
 }
 
 /// A [`MetadataStore`] on an etcd cluster (etcd 3.4 or later).
@@ -256,6 +260,7 @@ impl EtcdStore {
                 ))
             })??;
         let (signals, _) = broadcast::channel(256);
+        let doctor = endpoints::doctor_for(&parsed.endpoints);
         let inner = Arc::new(Inner {
             url: url.to_owned(),
             hosts: parsed.hosts,
@@ -267,7 +272,20 @@ impl EtcdStore {
             connected: AtomicBool::new(true),
             closed: AtomicBool::new(false),
             signals,
+            doctor: doctor.clone(),
         });
+        if let Some(doctor) = doctor {
+            let weak = Arc::downgrade(&inner);
+            tokio::spawn(endpoints::run(
+                Arc::downgrade(&doctor),
+                parsed.endpoints.clone(),
+                move || {
+                    weak.upgrade()
+                        .filter(|i| !i.is_closed())
+                        .map(|i| i.client.clone())
+                },
+            ));
+        }
         tokio::spawn(keep_alive(Arc::downgrade(&inner), lease));
         info!(url, lease, "connected to etcd");
         Ok(EtcdStore { inner })
@@ -410,11 +428,45 @@ impl Inner {
         }
     }
 
+    /// Whether an operation that failed with `e` is sent again: its request
+    /// never reached etcd (a member refused the connection) and the store is
+    /// open. The endpoint doctor is woken to take that member out of use; the
+    /// operation timeout of [`run`](Self::run) bounds the resends.
+    async fn resend(&self, e: &etcd_client::Error) -> bool {
+        if self.is_closed() || !endpoints::is_connect_error(e) {
+            return false;
+        }
+        let Some(doctor) = &self.doctor else {
+            return false;
+        };
+        doctor.wake();
+        tokio::time::sleep(endpoints::RESEND_DELAY).await;
+        true
+    }
+
     async fn txn(&self, op: Operation, path: &str, txn: Txn) -> Result<TxnResponse> {
-        self.kv()
-            .txn(txn)
-            .await
-            .map_err(|e| self.map_err(e, op, path))
+        loop {
+            match self.kv().txn(txn.clone()).await {
+                Err(e) if self.resend(&e).await => {}
+                r => return r.map_err(|e| self.map_err(e, op, path)),
+            }
+        }
+    }
+
+    /// A range read, sent again like [`txn`](Self::txn).
+    async fn get(
+        &self,
+        op: Operation,
+        path: &str,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<GetResponse> {
+        loop {
+            match self.kv().get(key.clone(), options.clone()).await {
+                Err(e) if self.resend(&e).await => {}
+                r => return r.map_err(|e| self.map_err(e, op, path)),
+            }
+        }
     }
 
     /// The reads of [`StatReads`] for `path`.
@@ -491,10 +543,8 @@ impl Inner {
         for _ in 0..1_000 {
             let (actual, counter) = if mode.sequential {
                 let resp = self
-                    .kv()
-                    .get(self.side(&parent_path, "c"), None)
-                    .await
-                    .map_err(|e| self.map_err(e, op, path))?;
+                    .get(op, path, self.side(&parent_path, "c"), None)
+                    .await?;
                 let n = resp.kvs().first().map_or(0, |kv| kv.version());
                 (format!("{path}{n:010}"), Some(n))
             } else {
@@ -605,10 +655,13 @@ impl Inner {
         let mut p = path;
         while p != "/" {
             let resp = self
-                .kv()
-                .get(self.key(p), Some(GetOptions::new().with_count_only()))
-                .await
-                .map_err(|e| self.map_err(e, op, p))?;
+                .get(
+                    op,
+                    p,
+                    self.key(p),
+                    Some(GetOptions::new().with_count_only()),
+                )
+                .await?;
             if resp.count() > 0 {
                 break;
             }
@@ -819,8 +872,9 @@ impl Inner {
         let mut names: Vec<String> = Vec::new();
         loop {
             let resp = self
-                .kv()
                 .get(
+                    op,
+                    path,
                     start.clone(),
                     Some(
                         GetOptions::new()
@@ -829,8 +883,7 @@ impl Inner {
                             .with_limit(self.options.children_page_size),
                     ),
                 )
-                .await
-                .map_err(|e| self.map_err(e, op, path))?;
+                .await?;
             let mut last_child: Option<(String, bool)> = None;
             for kv in resp.kvs() {
                 let rest = &kv.key()[prefix.len()..];
