@@ -8,6 +8,11 @@
 #   - Apache Pulsar's managed-ledger and broker jars (their metadata classes
 #     judge bkswitch's metadata bytes), from bk-harness/java/pulsar/pom.xml,
 #     into $cache/pulsar-<version>/lib;
+#   - Apache Pulsar's metadata store (`pulsar-metadata`: `EtcdMetadataStore`,
+#     with jetcd, gRPC and its own Netty) and its runtime dependencies, from
+#     bk-harness/java/pulsar-metadata/pom.xml, into
+#     $cache/pulsar-metadata-<version>/lib (a classpath of its own: its Netty,
+#     gRPC and ZooKeeper are not BookKeeper's);
 #
 #   with $cache = ${BKSWITCH_JAVA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bkswitch/java}
 #
@@ -80,3 +85,4 @@ fetch() {
 
 fetch "$here/bk-harness/java/pom.xml" bookkeeper.version bookkeeper bookkeeper-server
 fetch "$here/bk-harness/java/pulsar/pom.xml" pulsar.version pulsar managed-ledger
+fetch "$here/bk-harness/java/pulsar-metadata/pom.xml" pulsar.version pulsar-metadata pulsar-metadata

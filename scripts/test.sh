@@ -10,9 +10,12 @@
 #      and Debian's `prometheus` (server and promtool; the metrics tests use both);
 #      and Debian's `etcd-server` and `protobuf-compiler` (the etcd store's
 #      tests start real etcd servers; its client compiles etcd's protobufs);
-#   2. installs Maven and a JDK when missing and fetches the BookKeeper jars
-#      (scripts/fetch-java-deps.sh; cached outside the checkout) — the tests
-#      start real bookies and a Java BookKeeper client;
+#   2. installs Maven and a JDK when missing and fetches the BookKeeper jars,
+#      Pulsar's format classes and Pulsar's metadata store with its runtime
+#      classpath (scripts/fetch-java-deps.sh; cached outside the checkout) — the
+#      tests start real bookies and a Java BookKeeper client, and Pulsar's own
+#      EtcdMetadataStore judges the etcd layout (bk-harness's
+#      pulsar_etcd_judge test);
 #   3. makes sure rustfmt, clippy and cargo-machete are present (a check whose
 #      tool cannot be installed is skipped, and the run ends with a loud list of
 #      what was skipped);
@@ -103,7 +106,8 @@ prune_cache
 # ZooKeeper-backed tests must run, never skip: the harness panics if it cannot
 # start a server.
 export BKSWITCH_REQUIRE_ZK=1
-# Likewise for the tests on real bookies (bkswitch-bk-harness): missing Java or
+# Likewise for the tests on real bookies and the Java judges (Pulsar's format
+# classes, Pulsar's EtcdMetadataStore; bkswitch-bk-harness): missing Java or
 # jars fail them instead of skipping them.
 export BKSWITCH_REQUIRE_BK=1
 

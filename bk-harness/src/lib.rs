@@ -7,6 +7,7 @@ mod interop;
 mod java_compile;
 mod logs;
 mod pulsar;
+mod pulsar_metadata;
 mod zk;
 
 pub use cluster::{
@@ -24,6 +25,10 @@ pub use interop::{
 };
 pub use pulsar::{
     encoded, judged, pulsar_lib_dir, Judged, PulsarJudge, PulsarKind, PULSAR_VERSION,
+};
+pub use pulsar_metadata::{
+    pulsar_metadata_available, pulsar_metadata_lib_dir, PulsarBenchOp, PulsarMetadataStore,
+    PulsarNode, PulsarStoreError, PULSAR_STORE_START_TIMEOUT,
 };
 
 /// The JVM flags BookKeeper's own scripts use on Java 17 (`bin/common.sh`).

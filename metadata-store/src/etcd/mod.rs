@@ -587,6 +587,11 @@ impl Inner {
                     offset.to_string(),
                     None,
                 ));
+            } else {
+                // A node deleted by another etcd client (Pulsar's store deletes
+                // only the node key) may have left its offset behind: a new
+                // node starts at version 0.
+                ops.push(TxnOp::delete(self.side(&actual, "o"), None));
             }
             let (v, o) = put(Vec::new());
             ops.push(TxnOp::put(
@@ -716,11 +721,7 @@ impl Inner {
                     value.to_vec(),
                     Some(PutOptions::new().with_ignore_lease()),
                 ),
-                TxnOp::put(
-                    self.side(path, "m"),
-                    now_ms().to_string(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                ),
+                self.touch_modified(path),
             ];
             if path == "/" {
                 // The root has no lease: a plain put.
@@ -772,6 +773,32 @@ impl Inner {
             path: path.to_owned(),
             reason: "the write did not settle after 100 attempts".to_owned(),
         })
+    }
+
+    /// Writes the node's `m` side key, on the lease it has. A node written by
+    /// another etcd client (Pulsar's store) has none: a persistent one gets
+    /// one (so that bkswitch's watches see its writes); an ephemeral one is
+    /// left without (its lease is not this store's to extend to a side key).
+    fn touch_modified(&self, path: &str) -> TxnOp {
+        let m = self.side(path, "m");
+        let now = now_ms().to_string();
+        let foreign = Txn::new()
+            .when(vec![Compare::lease(self.key(path), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(m.clone(), now.clone(), None)]);
+        TxnOp::txn(
+            Txn::new()
+                .when(vec![Compare::create_revision(
+                    m.clone(),
+                    CompareOp::Greater,
+                    0,
+                )])
+                .and_then(vec![TxnOp::put(
+                    m,
+                    now,
+                    Some(PutOptions::new().with_ignore_lease()),
+                )])
+                .or_else(vec![TxnOp::txn(foreign)]),
+        )
     }
 
     async fn delete_node(
