@@ -1,0 +1,2 @@
+//! Placeholder, replaced by the migration bench.
+fn main() {}
