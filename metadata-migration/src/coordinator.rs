@@ -14,7 +14,9 @@ use crate::record::{
     corrupt, dirty_path, joined_path, now_ms, read_current, record_path, write_record,
     MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
 };
-use crate::sync::{compare_node, skipped, sync_node, sync_path, sync_tree, verify_tree, Walk};
+use crate::sync::{
+    compare_node, skipped, sync_node, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
+};
 
 /// What to migrate.
 #[derive(Debug, Clone)]
@@ -231,6 +233,10 @@ impl Coordinator {
         Ok(Some(c))
     }
 
+    fn by_writes(&self) -> bool {
+        versions_by_writes(&self.record.target_url)
+    }
+
     /// The record as last written.
     pub fn record(&self) -> &MigrationRecord {
         &self.record
@@ -338,6 +344,7 @@ impl Coordinator {
                 .await?,
             );
         }
+        let by_writes = self.by_writes();
         let walk = self.walk.as_mut().expect("walk");
         let mut done = 0;
         let mut finished = false;
@@ -346,7 +353,7 @@ impl Coordinator {
                 finished = true;
                 break;
             };
-            sync_node(self.source.as_ref(), self.target.as_ref(), &path).await?;
+            sync_node(self.source.as_ref(), self.target.as_ref(), &path, by_writes).await?;
             walk.enter(self.source.as_ref(), self.target.as_ref(), &path)
                 .await?;
             self.peak_walk = self.peak_walk.max(walk.held());
@@ -447,15 +454,22 @@ impl Coordinator {
                 .await;
         }
         let (dirty, rescan) = self.collect().await?;
+        tracing::info!(
+            "metadata migration {}: round {} acknowledged, {} dirty paths",
+            self.record.id,
+            self.record.round,
+            dirty.len()
+        );
         let (src, tgt) = (self.source.as_ref(), self.target.as_ref());
+        let by_writes = self.by_writes();
         if rescan {
-            sync_tree(src, tgt).await?;
+            sync_tree(src, tgt, by_writes).await?;
             self.record.rescans += 1;
             self.record.verified = false;
             self.suspects = None;
         }
         for path in &dirty {
-            self.record.caught_up += sync_path(src, tgt, path).await?;
+            self.record.caught_up += sync_path(src, tgt, path, by_writes).await?;
         }
         if let Some(suspects) = self.suspects.take() {
             let unexplained: Vec<_> = suspects
@@ -483,7 +497,7 @@ impl Coordinator {
             // round (a write meanwhile), or the flip is refused.
             let (diffs, _) = verify_tree(src, tgt, 10_000).await?;
             for (p, _) in &diffs {
-                sync_path(src, tgt, p).await?;
+                sync_path(src, tgt, p, by_writes).await?;
             }
             if diffs.is_empty() {
                 self.record.verified = true;
@@ -491,6 +505,14 @@ impl Coordinator {
                 self.suspects = Some(diffs);
             }
         }
+        tracing::info!(
+            "metadata migration {}: round {} copied {} dirty paths again (re-scan: {rescan}, \
+             verified: {})",
+            self.record.id,
+            self.record.round,
+            dirty.len(),
+            self.record.verified
+        );
         let rounds_done = self.record.round;
         if self.record.verified
             && (dirty.len() <= self.options.pause_threshold
@@ -517,6 +539,7 @@ impl Coordinator {
         }
         let (dirty, rescan) = self.collect().await?;
         let (src, tgt) = (self.source.as_ref(), self.target.as_ref());
+        let by_writes = self.by_writes();
         let mut handled = 0;
         if rescan {
             tracing::warn!(
@@ -524,7 +547,7 @@ impl Coordinator {
                  overflowed or left); the pause grows with the tree this time",
                 self.record.id
             );
-            handled += sync_tree(src, tgt).await?;
+            handled += sync_tree(src, tgt, by_writes).await?;
             let (diffs, compared) = verify_tree(src, tgt, 10).await?;
             handled += compared;
             if !diffs.is_empty() {
@@ -536,7 +559,7 @@ impl Coordinator {
             if skipped(path) {
                 continue;
             }
-            handled += sync_path(src, tgt, path).await?;
+            handled += sync_path(src, tgt, path, by_writes).await?;
             if let Some(reason) = compare_node(src, tgt, path).await? {
                 diffs.push((path.clone(), reason));
             }

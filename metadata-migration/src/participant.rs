@@ -502,15 +502,24 @@ async fn control_loop(weak: Weak<Inner>) {
             tracing::warn!("participant {}: following the migration: {e}", this.name());
         }
         drop(this);
-        match watched.as_mut() {
+        let ended = match watched.as_mut() {
             Some((_, a, b)) => {
                 tokio::select! {
-                    _ = a.next() => {}
-                    _ = b.next() => {}
-                    _ = tokio::time::sleep(poll) => {}
+                    n = a.next() => n.is_none(),
+                    n = b.next() => n.is_none(),
+                    _ = tokio::time::sleep(poll) => false,
                 }
             }
-            None => tokio::time::sleep(poll).await,
+            None => {
+                tokio::time::sleep(poll).await;
+                false
+            }
+        };
+        if ended {
+            // The store ended the streams (closed after a swap): arm again
+            // on the store in use, without spinning.
+            watched = None;
+            tokio::time::sleep(poll).await;
         }
     }
 }

@@ -38,6 +38,12 @@ pub(crate) fn parent_of(path: &str) -> Option<&str> {
     }
 }
 
+/// Whether a target at `url` reaches a version by writes (ZooKeeper: one
+/// write per version) rather than importing it directly (memory, etcd).
+pub(crate) fn versions_by_writes(url: &str) -> bool {
+    url.starts_with("zk://")
+}
+
 /// What [`sync_node`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Synced {
@@ -80,9 +86,15 @@ pub(crate) async fn sync_node(
     source: &dyn MetadataStore,
     target: &dyn MetadataStore,
     path: &str,
+    by_writes: bool,
 ) -> Result<Synced> {
     let s = source.get(path).await?;
     let t = target.get(path).await?;
+    tracing::trace!(
+        "sync {path}: source {:?}, target {:?}",
+        s.as_ref().map(|r| r.stat),
+        t.as_ref().map(|r| r.stat)
+    );
     match (s, t) {
         (None, None) => Ok(Synced::Equal),
         (None, Some(_)) => {
@@ -94,7 +106,7 @@ pub(crate) async fn sync_node(
             let stat = match target.import_version(path, &s.value, s.stat.version).await {
                 Ok(stat) => stat,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    return Box::pin(sync_node(source, target, path)).await;
+                    return Box::pin(sync_node(source, target, path, by_writes)).await;
                 }
                 Err(e) => return Err(e),
             };
@@ -116,6 +128,17 @@ pub(crate) async fn sync_node(
                     .await?;
                 t_next = stat.next_sequential_suffix();
                 outcome = Synced::Recreated;
+            } else if t.stat.version < s.stat.version && t.stat.num_children == 0 && !by_writes {
+                // A leaf on a store that imports versions directly: replace
+                // it (two writes, whatever the difference).
+                target
+                    .delete(path, ExpectedVersion::Exactly(t.stat.version))
+                    .await?;
+                let stat = target
+                    .import_version(path, &s.value, s.stat.version)
+                    .await?;
+                t_next = stat.next_sequential_suffix();
+                outcome = Synced::Changed;
             } else if t.stat.version < s.stat.version {
                 // Raise the version by writes of the source's value: what
                 // ZooKeeper would have counted.
@@ -278,16 +301,17 @@ pub(crate) async fn sync_path(
     source: &dyn MetadataStore,
     target: &dyn MetadataStore,
     path: &str,
+    by_writes: bool,
 ) -> Result<u64> {
     if skipped(path) {
         return Ok(0);
     }
-    let outcome = sync_node(source, target, path).await?;
+    let outcome = sync_node(source, target, path, by_writes).await?;
     let mut handled = 1;
     if outcome == Synced::Recreated {
         let mut walk = Walk::new(source, target, path, None).await?;
         while let Some(p) = walk.next_path() {
-            sync_node(source, target, &p).await?;
+            sync_node(source, target, &p, by_writes).await?;
             walk.enter(source, target, &p).await?;
             handled += 1;
         }
@@ -299,11 +323,12 @@ pub(crate) async fn sync_path(
 pub(crate) async fn sync_tree(
     source: &dyn MetadataStore,
     target: &dyn MetadataStore,
+    by_writes: bool,
 ) -> Result<u64> {
     let mut walk = Walk::new(source, target, "/", None).await?;
     let mut handled = 0;
     while let Some(p) = walk.next_path() {
-        sync_node(source, target, &p).await?;
+        sync_node(source, target, &p, by_writes).await?;
         walk.enter(source, target, &p).await?;
         handled += 1;
     }

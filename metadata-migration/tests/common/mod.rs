@@ -73,6 +73,23 @@ pub async fn populate(store: &dyn MetadataStore, n: usize, wide: usize) {
 /// version, sequential counters are not behind, and `target` has nothing
 /// else (control nodes and ephemerals aside). Returns the nodes compared.
 pub async fn assert_same_tree(source: &dyn MetadataStore, target: &dyn MetadataStore) -> usize {
+    assert_same_tree_except(source, target, &[]).await
+}
+
+/// [`assert_same_tree`] leaving out the paths in `skip` (written after the
+/// flip) and their subtrees.
+pub async fn assert_same_tree_except(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    skip: &[String],
+) -> usize {
+    let skipped = |p: &str| {
+        is_control_path(p)
+            || p == "/zookeeper"
+            || skip
+                .iter()
+                .any(|s| p == s || p.starts_with(&format!("{s}/")))
+    };
     let mut stack = vec!["/".to_owned()];
     let mut n = 0;
     while let Some(p) = stack.pop() {
@@ -80,7 +97,7 @@ pub async fn assert_same_tree(source: &dyn MetadataStore, target: &dyn MetadataS
         let t_names = target.children(&p).await.expect("children");
         for t in &t_names {
             let child = join(&p, t);
-            if is_control_path(&child) || child == "/zookeeper" {
+            if skipped(&child) {
                 continue;
             }
             let s = source.get(&child).await.expect("get");
@@ -90,10 +107,7 @@ pub async fn assert_same_tree(source: &dyn MetadataStore, target: &dyn MetadataS
                 "{child} is in the target only"
             );
         }
-        names.retain(|c| {
-            let child = join(&p, c);
-            !is_control_path(&child) && child != "/zookeeper"
-        });
+        names.retain(|c| !skipped(&join(&p, c)));
         for c in names {
             let child = join(&p, &c);
             let s = source.get(&child).await.expect("get").expect("listed");
@@ -139,6 +153,16 @@ pub struct Writer {
 }
 
 pub async fn start_writer(store: MigratingStore, topics: Vec<String>, tag: &'static str) -> Writer {
+    start_writer_every(store, topics, tag, Duration::from_millis(1)).await
+}
+
+/// [`start_writer`] with a pause of `every` between writes.
+pub async fn start_writer_every(
+    store: MigratingStore,
+    topics: Vec<String>,
+    tag: &'static str,
+    every: Duration,
+) -> Writer {
     let mut held = Vec::new();
     for t in topics {
         let v = store
@@ -214,7 +238,7 @@ pub async fn start_writer(store: MigratingStore, topics: Vec<String>, tag: &'sta
                 }
             }
             i += 1;
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(every).await;
         }
         held
     });
