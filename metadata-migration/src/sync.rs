@@ -356,3 +356,91 @@ pub(crate) async fn verify_tree(
     }
     Ok((diffs, compared))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bkswitch_metadata_store::MemoryStore;
+
+    async fn walk_all(s: &MemoryStore, t: &MemoryStore, cursor: Option<&str>) -> Vec<String> {
+        let mut walk = Walk::new(s, t, "/", cursor).await.expect("walk");
+        let mut out = Vec::new();
+        while let Some(p) = walk.next_path() {
+            walk.enter(s, t, &p).await.expect("enter");
+            out.push(p);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn the_walk_is_depth_first_sorted_and_resumes_after_any_cursor() {
+        let s = MemoryStore::new();
+        let t = MemoryStore::new();
+        for p in [
+            "/b/y",
+            "/a/x/1",
+            "/a/x/2",
+            "/a/w",
+            "/c",
+            "/admin/metadata-migration/x",
+        ] {
+            s.put(p, b"", ExpectedVersion::Any).await.expect("put");
+        }
+        // A node only in the target is walked too (to be deleted).
+        t.put("/b/z", b"", ExpectedVersion::Any).await.expect("put");
+        let all = walk_all(&s, &t, None).await;
+        assert_eq!(
+            all,
+            ["/a", "/a/w", "/a/x", "/a/x/1", "/a/x/2", "/admin", "/b", "/b/y", "/b/z", "/c"]
+        );
+        for (i, cursor) in all.iter().enumerate() {
+            assert_eq!(
+                walk_all(&s, &t, Some(cursor)).await,
+                all[i + 1..],
+                "resumed after {cursor}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn sync_carries_versions_and_counters_and_deletes_extra_nodes() {
+        let s = MemoryStore::new();
+        let t = MemoryStore::new();
+        s.put("/n", b"v", ExpectedVersion::Any).await.expect("put");
+        for _ in 0..4 {
+            s.put("/n", b"v", ExpectedVersion::Any).await.expect("put");
+        }
+        for _ in 0..3 {
+            let (p, _) = s
+                .create("/n/id-", b"", CreateMode::PERSISTENT_SEQUENTIAL)
+                .await
+                .expect("seq");
+            s.delete(&p, ExpectedVersion::Any).await.expect("delete");
+        }
+        t.put("/gone", b"x", ExpectedVersion::Any)
+            .await
+            .expect("put");
+        for by_writes in [false, true] {
+            assert_eq!(
+                sync_node(&s, &t, "/n", by_writes).await.expect("sync"),
+                Synced::Changed
+            );
+            assert_eq!(compare_node(&s, &t, "/n").await.expect("compare"), None);
+            assert_eq!(
+                sync_node(&s, &t, "/n", by_writes).await.expect("sync"),
+                Synced::Equal
+            );
+            s.put("/n", b"w", ExpectedVersion::Any).await.expect("put");
+            assert!(compare_node(&s, &t, "/n").await.expect("compare").is_some());
+        }
+        assert_eq!(
+            sync_node(&s, &t, "/n", true).await.expect("sync"),
+            Synced::Changed
+        );
+        let n = t.get("/n").await.expect("get").expect("copied");
+        assert_eq!((n.value.as_slice(), n.stat.version), (&b"w"[..], 6));
+        assert_eq!(n.stat.next_sequential_suffix(), 3);
+        sync_node(&s, &t, "/gone", false).await.expect("sync");
+        assert!(t.get("/gone").await.expect("get").is_none());
+    }
+}

@@ -43,7 +43,6 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
     let opener = opener();
     let zk = opener.open(&zk_url).await.expect("zk");
     populate(zk.as_ref(), 100, 1_000).await;
-    eprintln!("populated");
 
     let p = participant(opener.clone(), &zk_url, "broker-1").await;
     p.create(
@@ -72,7 +71,6 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
     .expect("start");
     loop {
         let phase = c.step().await.expect("step");
-        eprintln!("to etcd: {phase:?} copied {}", c.record().copied);
         if phase.is_terminal() {
             break;
         }
@@ -112,7 +110,6 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
     .expect("start back");
     loop {
         let phase = c.step().await.expect("step back");
-        eprintln!("to zk: {phase:?} copied {}", c.record().copied);
         if phase.is_terminal() {
             break;
         }
