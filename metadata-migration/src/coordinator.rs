@@ -400,10 +400,12 @@ impl Coordinator {
         }
     }
 
-    /// Reads (and deletes) the published dirty pages; `true` in the second
-    /// field when a re-scan is needed (overflow, or a participant that left
-    /// without publishing).
-    async fn collect(&self) -> Result<(BTreeSet<String>, bool)> {
+    /// Reads the published dirty pages; `true` in the second field when a
+    /// re-scan is needed (overflow, or a participant that left without
+    /// publishing). The pages and stale markers are deleted by
+    /// [`Collected::done`] once handled, so a coordinator that stops before
+    /// that finds them again.
+    async fn collect(&self) -> Result<(BTreeSet<String>, bool, Collected)> {
         let id = &self.record.id;
         let mut rescan = false;
         // Markers first, then the live participants (see the crate docs).
@@ -416,6 +418,7 @@ impl Coordinator {
             .collect();
         let base = dirty_path(id);
         let mut dirty = BTreeSet::new();
+        let mut handled = Collected::default();
         for page in self.source.children(&base).await? {
             let path = format!("{base}/{page}");
             let Some(r) = self.source.get(&path).await? else {
@@ -425,7 +428,7 @@ impl Coordinator {
                 .map_err(|e| corrupt(&path, "page of dirty paths", e))?;
             rescan |= page.overflow;
             dirty.extend(page.paths);
-            self.source.delete(&path, ExpectedVersion::Any).await?;
+            handled.nodes.push(path);
         }
         for name in joined {
             if !live.contains(&name) {
@@ -434,13 +437,10 @@ impl Coordinator {
                      its changes; re-scanning the whole tree"
                 );
                 rescan = true;
-                let _ = self
-                    .source
-                    .delete(&format!("{}/{name}", joined_path(id)), ExpectedVersion::Any)
-                    .await;
+                handled.nodes.push(format!("{}/{name}", joined_path(id)));
             }
         }
-        Ok((dirty, rescan))
+        Ok((dirty, rescan, handled))
     }
 
     async fn catch_up(&mut self) -> Result<Phase> {
@@ -453,7 +453,7 @@ impl Coordinator {
                 ))
                 .await;
         }
-        let (dirty, rescan) = self.collect().await?;
+        let (dirty, rescan, handled) = self.collect().await?;
         tracing::info!(
             "metadata migration {}: round {} acknowledged, {} dirty paths",
             self.record.id,
@@ -471,6 +471,7 @@ impl Coordinator {
         for path in &dirty {
             self.record.caught_up += sync_path(src, tgt, path, by_writes).await?;
         }
+        handled.done(src).await?;
         if let Some(suspects) = self.suspects.take() {
             let unexplained: Vec<_> = suspects
                 .into_iter()
@@ -537,7 +538,7 @@ impl Coordinator {
                 ))
                 .await;
         }
-        let (dirty, rescan) = self.collect().await?;
+        let (dirty, rescan, collected) = self.collect().await?;
         let (src, tgt) = (self.source.as_ref(), self.target.as_ref());
         let by_writes = self.by_writes();
         let mut handled = 0;
@@ -567,6 +568,7 @@ impl Coordinator {
         if !diffs.is_empty() {
             return self.refuse_flip(diffs).await;
         }
+        collected.done(src).await?;
         self.record.pause_nodes = handled;
         self.record.caught_up += handled;
         self.record.pause_ms = started.elapsed().as_millis() as u64;
@@ -596,6 +598,25 @@ impl Coordinator {
             list.join("; ")
         ))
         .await
+    }
+}
+
+/// Control nodes read by a collection, deleted once their paths are copied.
+#[derive(Debug, Default)]
+struct Collected {
+    nodes: Vec<String>,
+}
+
+impl Collected {
+    async fn done(self, source: &dyn MetadataStore) -> Result<()> {
+        for path in self.nodes {
+            match source.delete(&path, ExpectedVersion::Any).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 
