@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, RwLock};
 
 use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore,
-    MetadataStoreExt, Notification, Operation, Result, Stat, WatchStream,
+    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Notification,
+    Operation, Result, Stat, WatchStream,
 };
 
 use crate::opener::StoreOpener;
@@ -731,15 +731,4 @@ async fn rearm(
                 path: path.to_owned(),
             })
             .is_ok()
-}
-
-impl MigratingStore {
-    /// Deletes a subtree through the gate (tracking every path).
-    ///
-    /// # Errors
-    ///
-    /// As [`MetadataStoreExt::delete_recursive`].
-    pub async fn delete_tree(&self, path: &str) -> Result<()> {
-        self.delete_recursive(path).await
-    }
 }
