@@ -70,6 +70,9 @@ pub enum ErrorKind {
     SessionExpired,
     /// The store was closed.
     Closed,
+    /// Writes are paused for a moment (the metadata store is being moved, see
+    /// `bkswitch-metadata-migration`); retrying after a short wait helps.
+    WritesPaused,
     /// Anything else the backend reported.
     Internal,
 }
@@ -180,6 +183,20 @@ pub enum MetadataError {
         /// The path of the operation.
         path: String,
     },
+    /// Writes are paused (the metadata store is being moved to another
+    /// backend); nothing was written.
+    #[error(
+        "{op} `{path}` failed: metadata writes are paused while the metadata store moves \
+         ({reason}); nothing was written: retry in a moment"
+    )]
+    WritesPaused {
+        /// The failed operation.
+        op: Operation,
+        /// The path of the operation.
+        path: String,
+        /// Which migration paused the writes.
+        reason: String,
+    },
     /// Anything else the backend reported.
     #[error("{op} `{path}` failed: unexpected metadata store error: {reason}")]
     Internal {
@@ -205,6 +222,7 @@ impl MetadataError {
             MetadataError::Unavailable { .. } => ErrorKind::Unavailable,
             MetadataError::SessionExpired { .. } => ErrorKind::SessionExpired,
             MetadataError::Closed { .. } => ErrorKind::Closed,
+            MetadataError::WritesPaused { .. } => ErrorKind::WritesPaused,
             MetadataError::Internal { .. } => ErrorKind::Internal,
         }
     }
@@ -221,6 +239,7 @@ impl MetadataError {
             | MetadataError::Unavailable { path, .. }
             | MetadataError::SessionExpired { path, .. }
             | MetadataError::Closed { path, .. }
+            | MetadataError::WritesPaused { path, .. }
             | MetadataError::Internal { path, .. } => path,
         }
     }
@@ -237,16 +256,17 @@ impl MetadataError {
             | MetadataError::Unavailable { op, .. }
             | MetadataError::SessionExpired { op, .. }
             | MetadataError::Closed { op, .. }
+            | MetadataError::WritesPaused { op, .. }
             | MetadataError::Internal { op, .. } => *op,
         }
     }
 
-    /// Whether the same call can succeed later: [`ErrorKind::Unavailable`] and
-    /// [`ErrorKind::SessionExpired`].
+    /// Whether the same call can succeed later: [`ErrorKind::Unavailable`],
+    /// [`ErrorKind::SessionExpired`] and [`ErrorKind::WritesPaused`].
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind(),
-            ErrorKind::Unavailable | ErrorKind::SessionExpired
+            ErrorKind::Unavailable | ErrorKind::SessionExpired | ErrorKind::WritesPaused
         )
     }
 
@@ -260,5 +280,28 @@ impl MetadataError {
             self.kind(),
             ErrorKind::BadVersion | ErrorKind::AlreadyExists | ErrorKind::NotFound
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_paused_is_retryable_and_not_a_conflict() {
+        let e = MetadataError::WritesPaused {
+            op: Operation::Put,
+            path: "/a".to_owned(),
+            reason: "migration m1 to etcd://x:2379 is in its pause".to_owned(),
+        };
+        assert_eq!(e.kind(), ErrorKind::WritesPaused);
+        assert!(e.is_retryable());
+        assert!(!e.is_conflict());
+        assert_eq!(e.path(), "/a");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("paused") && msg.contains("retry") && msg.contains("m1"),
+            "{msg}"
+        );
     }
 }

@@ -147,8 +147,8 @@ pub trait MetadataStore: Send + Sync + Debug {
     async fn close(&self) -> Result<()>;
 
     /// Whether [`import_version`](Self::import_version) is offered: `true` for
-    /// [`MemoryStore`](crate::MemoryStore) and the etcd store, `false` for the
-    /// ZooKeeper store (ZooKeeper numbers versions itself and keeps no offset).
+    /// [`MemoryStore`](crate::MemoryStore), the etcd store and the ZooKeeper
+    /// store (which reaches the version by writes, see `docs/FORMATS.md`).
     ///
     /// The default is `false`, so a wrapper that does not forward the
     /// capability refuses imports instead of bypassing itself.

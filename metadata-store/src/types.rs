@@ -203,6 +203,16 @@ impl WatchStream {
         }
     }
 
+    /// A stream fed by `rx`, for a store that wraps another one and forwards
+    /// (or re-arms) its watches; `guard` is dropped with the stream.
+    pub fn from_channel(
+        path: impl Into<String>,
+        rx: mpsc::UnboundedReceiver<Notification>,
+        guard: Option<Box<dyn Send + Sync>>,
+    ) -> Self {
+        Self::new(path.into(), rx, guard)
+    }
+
     /// The watched path.
     pub fn path(&self) -> &str {
         &self.path

@@ -52,7 +52,10 @@ use tracing::{debug, info, warn};
 use zookeeper_async::{Acl, ZkError, ZkState, ZooKeeper};
 
 use crate::error::{MetadataError, Operation, Result};
-use crate::memory::{check_create_args, check_delete_args, check_put_args, ephemeral_parent_error};
+use crate::memory::{
+    check_create_args, check_delete_args, check_import_version, check_put_args,
+    ephemeral_parent_error,
+};
 use crate::path::{parent, validate_path, PathUse, RESERVED_ROOT};
 use crate::store::MetadataStore;
 use crate::types::{CreateMode, ExpectedVersion, GetResult, SessionEvent, Stat, WatchStream};

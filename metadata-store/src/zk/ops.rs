@@ -226,21 +226,34 @@ impl MetadataStore for ZkStore {
     }
 
     fn can_import_versions(&self) -> bool {
-        // ZooKeeper numbers versions itself and the store keeps no offset.
-        false
+        true
     }
 
+    /// ZooKeeper numbers versions itself (+1 per setData), so version `v` is
+    /// imported as a create and then `v` writes of the same value, each a
+    /// compare-and-set on the version just reached: `v + 1` round trips,
+    /// each bounded by the operation timeout. An import cut short leaves the
+    /// node at a lower version with the right value; calling `put` with
+    /// [`ExpectedVersion::Exactly`] the remaining times completes it.
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
-        let _ = value;
-        validate_path(Operation::Put, path, PathUse::Write)?;
-        Err(MetadataError::InvalidArgument {
-            op: Operation::Put,
-            path: path.to_owned(),
-            reason: format!(
-                "the ZooKeeper store cannot import versions (ZooKeeper numbers them itself); \
-                 migrate to a store that can (memory, etcd). Version {version} was not \
-                 imported"
-            ),
-        })
+        let op = Operation::Put;
+        check_put_args(path, value, ExpectedVersion::NotExists)?;
+        check_import_version(path, version)?;
+        if i32::try_from(version).is_err() {
+            return Err(MetadataError::InvalidArgument {
+                op,
+                path: path.to_owned(),
+                reason: format!(
+                    "ZooKeeper versions are 32-bit; version {version} cannot be imported"
+                ),
+            });
+        }
+        let mut stat = self.put(path, value, ExpectedVersion::NotExists).await?;
+        while stat.version < version {
+            stat = self
+                .put(path, value, ExpectedVersion::Exactly(stat.version))
+                .await?;
+        }
+        Ok(stat)
     }
 }

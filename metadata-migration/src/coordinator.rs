@@ -1,0 +1,651 @@
+//! [`Coordinator`]: drives one migration over the source and target stores.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bkswitch_metadata_store::{
+    ErrorKind, ExpectedVersion, MetadataError, MetadataStore, MetadataStoreExt, Operation, Result,
+};
+
+use crate::opener::StoreOpener;
+use crate::participant::DirtyPage;
+use crate::record::{
+    corrupt, dirty_path, joined_path, now_ms, read_current, record_path, write_record,
+    MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
+};
+use crate::sync::{
+    compare_node, skipped, sync_node, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
+};
+
+/// What to migrate.
+#[derive(Debug, Clone)]
+pub struct MigrationRequest {
+    /// Migration id (a path segment); default: a random UUID.
+    pub id: Option<String>,
+    /// URL of the source store (recorded; participants use it to recognise
+    /// their store).
+    pub source_url: String,
+    /// URL of the target store.
+    pub target_url: String,
+    /// Delete everything in a non-empty target first (otherwise refused).
+    pub wipe_target: bool,
+}
+
+/// Settings of the [`Coordinator`].
+#[derive(Debug, Clone)]
+pub struct CoordinatorOptions {
+    /// How long every participant has to acknowledge a request (tracking,
+    /// a catch-up round, the pause); one that does not fails the migration
+    /// and writes resume on the source. Default 10 s.
+    pub ack_timeout: Duration,
+    /// Nodes copied per [`Coordinator::step`] in COPYING (the record's cursor
+    /// is written after each page). Default 1,000.
+    pub page_size: usize,
+    /// The pause starts once a catch-up round found at most this many dirty
+    /// paths. Default 1,000.
+    pub pause_threshold: usize,
+    /// The pause starts after this many catch-up rounds whatever their size.
+    /// Default 10.
+    pub max_catch_up_rounds: u64,
+    /// How often acknowledgements are polled. Default 20 ms.
+    pub poll_interval: Duration,
+}
+
+impl Default for CoordinatorOptions {
+    fn default() -> Self {
+        CoordinatorOptions {
+            ack_timeout: Duration::from_secs(10),
+            page_size: 1_000,
+            pause_threshold: 1_000,
+            max_catch_up_rounds: 10,
+            poll_interval: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Drives one migration: PREPARATION → COPYING → CATCH_UP → PAUSED →
+/// COMPLETED (or FAILED / ABORTED). All its state is the record in the
+/// source store: a coordinator that stops (crash, drop) is replaced by
+/// [`Coordinator::resume`], which continues where the record says.
+#[derive(Debug)]
+pub struct Coordinator {
+    source: Arc<dyn MetadataStore>,
+    target: Arc<dyn MetadataStore>,
+    record: MigrationRecord,
+    version: i64,
+    options: CoordinatorOptions,
+    walk: Option<Walk>,
+    /// Differences found by the verification, to be explained by the next
+    /// round's dirty paths.
+    suspects: Option<Vec<(String, String)>>,
+    pause_started: Option<Instant>,
+    peak_walk: usize,
+}
+
+fn refused(url: &str, reason: String) -> MetadataError {
+    MetadataError::InvalidArgument {
+        op: Operation::Connect,
+        path: url.to_owned(),
+        reason,
+    }
+}
+
+impl Coordinator {
+    /// Starts a migration: checks that none is running and that the target
+    /// is empty (or wipes it when asked), then writes the record in
+    /// PREPARATION and points [`CURRENT_PATH`] at it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when a migration is running, the target is the
+    /// source, or the target is not empty and `wipe_target` is off (nothing
+    /// is written anywhere); errors of the stores.
+    pub async fn start(
+        source: Arc<dyn MetadataStore>,
+        opener: &dyn StoreOpener,
+        request: MigrationRequest,
+        options: CoordinatorOptions,
+    ) -> Result<Coordinator> {
+        if let Some((rec, _)) = read_current(source.as_ref()).await? {
+            if !rec.phase.is_terminal() {
+                return Err(refused(
+                    &request.target_url,
+                    format!(
+                        "migration {} to {} is still running (phase {:?}); wait for it or \
+                         abort it first",
+                        rec.id, rec.target_url, rec.phase
+                    ),
+                ));
+            }
+        }
+        if request.target_url == request.source_url {
+            return Err(refused(
+                &request.target_url,
+                "the target is the source store; name another store".to_owned(),
+            ));
+        }
+        let target = opener.open(&request.target_url).await?;
+        let mut present: Vec<String> = target
+            .children("/")
+            .await?
+            .into_iter()
+            .filter(|n| n != "zookeeper")
+            .collect();
+        if !present.is_empty() {
+            if !request.wipe_target {
+                present.truncate(5);
+                return Err(refused(
+                    &request.target_url,
+                    format!(
+                        "the target metadata store is not empty (it holds /{} …); a migration \
+                         needs an empty target: empty it, or start again with wipe_target to \
+                         delete its content. Nothing was written",
+                        present.join(", /")
+                    ),
+                ));
+            }
+            for name in target.children("/").await? {
+                if name != "zookeeper" {
+                    target.delete_recursive(&format!("/{name}")).await?;
+                }
+            }
+        }
+        let id = request
+            .id
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let now = now_ms();
+        let record = MigrationRecord {
+            id: id.clone(),
+            source_url: request.source_url,
+            target_url: request.target_url,
+            phase: Phase::Preparation,
+            round: 0,
+            wipe_target: request.wipe_target,
+            copy_cursor: None,
+            copied: 0,
+            caught_up: 0,
+            rescans: 0,
+            verified: false,
+            pause_nodes: 0,
+            pause_ms: 0,
+            created_ms: now,
+            updated_ms: now,
+            error: None,
+        };
+        let value = serde_json::to_vec(&record).expect("serializes");
+        let stat = source
+            .put(&record_path(&id), &value, ExpectedVersion::NotExists)
+            .await?;
+        source
+            .put(CURRENT_PATH, id.as_bytes(), ExpectedVersion::Any)
+            .await?;
+        Ok(Coordinator {
+            source,
+            target,
+            record,
+            version: stat.version,
+            options,
+            walk: None,
+            suspects: None,
+            pause_started: None,
+            peak_walk: 0,
+        })
+    }
+
+    /// Takes over the current migration from its record (after the previous
+    /// coordinator stopped); `None` when no migration is running.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the stores and the opener.
+    pub async fn resume(
+        source: Arc<dyn MetadataStore>,
+        opener: &dyn StoreOpener,
+        options: CoordinatorOptions,
+    ) -> Result<Option<Coordinator>> {
+        let Some((record, version)) = read_current(source.as_ref()).await? else {
+            return Ok(None);
+        };
+        if record.phase.is_terminal() {
+            return Ok(None);
+        }
+        let target = opener.open(&record.target_url).await?;
+        let mut c = Coordinator {
+            source,
+            target,
+            record,
+            version,
+            options,
+            walk: None,
+            suspects: None,
+            pause_started: None,
+            peak_walk: 0,
+        };
+        // What was verified before the stop cannot be trusted to the round
+        // that would have explained its differences: verify again.
+        if c.record.verified && c.record.phase == Phase::CatchUp {
+            c.record.verified = false;
+        }
+        if c.record.phase == Phase::Paused {
+            c.pause_started = Some(Instant::now());
+        }
+        Ok(Some(c))
+    }
+
+    fn by_writes(&self) -> bool {
+        versions_by_writes(&self.record.target_url)
+    }
+
+    /// The record as last written.
+    pub fn record(&self) -> &MigrationRecord {
+        &self.record
+    }
+
+    /// Most children names the copy's walk held at once (its memory).
+    pub fn peak_walk_names(&self) -> usize {
+        self.peak_walk
+    }
+
+    async fn save(&mut self) -> Result<()> {
+        let stat = write_record(self.source.as_ref(), &mut self.record, self.version)
+            .await
+            .map_err(|e| {
+                if e.kind() == ErrorKind::BadVersion {
+                    MetadataError::BadVersion {
+                        op: Operation::Put,
+                        path: format!(
+                            "{} (the migration record was changed by someone else: aborted, \
+                             or another coordinator took over; this one stops)",
+                            record_path(&self.record.id)
+                        ),
+                        expected: self.version,
+                    }
+                } else {
+                    e
+                }
+            })?;
+        self.version = stat.version;
+        Ok(())
+    }
+
+    async fn fail(&mut self, reason: String) -> Result<Phase> {
+        tracing::warn!("metadata migration {} failed: {reason}", self.record.id);
+        self.record.phase = Phase::Failed;
+        self.record.error = Some(reason);
+        self.save().await?;
+        self.cleanup().await;
+        Ok(Phase::Failed)
+    }
+
+    async fn cleanup(&self) {
+        let _ = self
+            .source
+            .delete_recursive(&dirty_path(&self.record.id))
+            .await;
+        let _ = self
+            .source
+            .delete_recursive(&joined_path(&self.record.id))
+            .await;
+    }
+
+    /// Runs [`step`](Self::step) until the migration ends; returns the final
+    /// record.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the stores (the record keeps the phase reached: resume it).
+    pub async fn run(&mut self) -> Result<MigrationRecord> {
+        while !self.step().await?.is_terminal() {}
+        Ok(self.record.clone())
+    }
+
+    /// Does one bounded unit of work (wait for acknowledgements, copy one
+    /// page, one catch-up round, the pause and flip), writes the record and
+    /// returns the phase reached.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the stores; `BadVersion` when the record was changed by
+    /// someone else (aborted, or another coordinator).
+    pub async fn step(&mut self) -> Result<Phase> {
+        match self.record.phase {
+            Phase::Preparation => {
+                if let Err(lagging) = self.wait_acks(false).await? {
+                    return self
+                        .fail(format!(
+                            "participants {lagging} did not acknowledge tracking within {:?}; \
+                             writes were never paused. Check those nodes (or raise the ack \
+                             timeout) and start again",
+                            self.options.ack_timeout
+                        ))
+                        .await;
+                }
+                self.record.phase = Phase::Copying;
+                self.save().await?;
+            }
+            Phase::Copying => self.copy_page().await?,
+            Phase::CatchUp => return self.catch_up().await,
+            Phase::Paused => return self.pause().await,
+            _ => {}
+        }
+        Ok(self.record.phase)
+    }
+
+    async fn copy_page(&mut self) -> Result<()> {
+        if self.walk.is_none() {
+            self.walk = Some(
+                Walk::new(
+                    self.source.as_ref(),
+                    self.target.as_ref(),
+                    "/",
+                    self.record.copy_cursor.as_deref(),
+                )
+                .await?,
+            );
+        }
+        let by_writes = self.by_writes();
+        let walk = self.walk.as_mut().expect("walk");
+        let mut done = 0;
+        let mut finished = false;
+        while done < self.options.page_size {
+            let Some(path) = walk.next_path() else {
+                finished = true;
+                break;
+            };
+            sync_node(self.source.as_ref(), self.target.as_ref(), &path, by_writes).await?;
+            walk.enter(self.source.as_ref(), self.target.as_ref(), &path)
+                .await?;
+            self.peak_walk = self.peak_walk.max(walk.held());
+            self.record.copy_cursor = Some(path);
+            done += 1;
+        }
+        self.record.copied += done as u64;
+        if finished {
+            self.walk = None;
+            self.record.phase = Phase::CatchUp;
+            self.record.round += 1;
+        }
+        self.save().await
+    }
+
+    /// Waits until every live participant acknowledged the current request.
+    /// `Err(names)` when some did not in time.
+    async fn wait_acks(&self, paused: bool) -> Result<std::result::Result<(), String>> {
+        let deadline = Instant::now() + self.options.ack_timeout;
+        loop {
+            let mut lagging = Vec::new();
+            for name in self.source.children(PARTICIPANTS_PATH).await? {
+                let path = format!("{PARTICIPANTS_PATH}/{name}");
+                let Some(r) = self.source.get(&path).await? else {
+                    continue;
+                };
+                // A node that is not an acknowledgement (yet) counts as not
+                // acknowledged.
+                let ack: ParticipantAck = serde_json::from_slice(&r.value).unwrap_or_default();
+                let ok = ack.migration.as_deref() == Some(self.record.id.as_str())
+                    && ack.round >= self.record.round
+                    && (!paused || ack.phase == Some(Phase::Paused));
+                if !ok {
+                    lagging.push(name);
+                }
+            }
+            if lagging.is_empty() {
+                return Ok(Ok(()));
+            }
+            if Instant::now() >= deadline {
+                return Ok(Err(lagging.join(", ")));
+            }
+            tokio::time::sleep(self.options.poll_interval).await;
+        }
+    }
+
+    /// Reads the published dirty pages; `true` in the second field when a
+    /// re-scan is needed (overflow, or a participant that left without
+    /// publishing). The pages and stale markers are deleted by
+    /// [`Collected::done`] once handled, so a coordinator that stops before
+    /// that finds them again.
+    async fn collect(&self) -> Result<(BTreeSet<String>, bool, Collected)> {
+        let id = &self.record.id;
+        let mut rescan = false;
+        // Markers first, then the live participants (see the crate docs).
+        let joined = self.source.children(&joined_path(id)).await?;
+        let live: BTreeSet<String> = self
+            .source
+            .children(PARTICIPANTS_PATH)
+            .await?
+            .into_iter()
+            .collect();
+        let base = dirty_path(id);
+        let mut dirty = BTreeSet::new();
+        let mut handled = Collected::default();
+        for page in self.source.children(&base).await? {
+            let path = format!("{base}/{page}");
+            let Some(r) = self.source.get(&path).await? else {
+                continue;
+            };
+            let page: DirtyPage = serde_json::from_slice(&r.value)
+                .map_err(|e| corrupt(&path, "page of dirty paths", e))?;
+            rescan |= page.overflow;
+            dirty.extend(page.paths);
+            handled.nodes.push(path);
+        }
+        for name in joined {
+            if !live.contains(&name) {
+                tracing::warn!(
+                    "metadata migration {id}: participant {name} left without publishing \
+                     its changes; re-scanning the whole tree"
+                );
+                rescan = true;
+                handled.nodes.push(format!("{}/{name}", joined_path(id)));
+            }
+        }
+        Ok((dirty, rescan, handled))
+    }
+
+    async fn catch_up(&mut self) -> Result<Phase> {
+        if let Err(lagging) = self.wait_acks(false).await? {
+            return self
+                .fail(format!(
+                    "participants {lagging} did not publish their changes of round {} \
+                     within {:?}; writes were never paused",
+                    self.record.round, self.options.ack_timeout
+                ))
+                .await;
+        }
+        let (dirty, rescan, handled) = self.collect().await?;
+        tracing::info!(
+            "metadata migration {}: round {} acknowledged, {} dirty paths",
+            self.record.id,
+            self.record.round,
+            dirty.len()
+        );
+        let (src, tgt) = (self.source.as_ref(), self.target.as_ref());
+        let by_writes = self.by_writes();
+        if rescan {
+            sync_tree(src, tgt, by_writes).await?;
+            self.record.rescans += 1;
+            self.record.verified = false;
+            self.suspects = None;
+        }
+        for path in &dirty {
+            self.record.caught_up += sync_path(src, tgt, path, by_writes).await?;
+        }
+        handled.done(src).await?;
+        if let Some(suspects) = self.suspects.take() {
+            let unexplained: Vec<_> = suspects
+                .into_iter()
+                .filter(|(p, _)| !dirty.contains(p))
+                .collect();
+            if !unexplained.is_empty() {
+                let list: Vec<String> = unexplained
+                    .iter()
+                    .take(10)
+                    .map(|(p, r)| format!("{p}: {r}"))
+                    .collect();
+                return self
+                    .fail(format!(
+                        "verification found nodes that differ between the source and the \
+                         target although nobody wrote them: {}; the target was not used \
+                         and writes go on in the source",
+                        list.join("; ")
+                    ))
+                    .await;
+            }
+            self.record.verified = true;
+        } else if !self.record.verified {
+            // Compare everything; what differs must be explained by the next
+            // round (a write meanwhile), or the flip is refused.
+            let (diffs, _) = verify_tree(src, tgt, 10_000).await?;
+            for (p, _) in &diffs {
+                sync_path(src, tgt, p, by_writes).await?;
+            }
+            if diffs.is_empty() {
+                self.record.verified = true;
+            } else {
+                self.suspects = Some(diffs);
+            }
+        }
+        tracing::info!(
+            "metadata migration {}: round {} copied {} dirty paths again (re-scan: {rescan}, \
+             verified: {})",
+            self.record.id,
+            self.record.round,
+            dirty.len(),
+            self.record.verified
+        );
+        let rounds_done = self.record.round;
+        if self.record.verified
+            && (dirty.len() <= self.options.pause_threshold
+                || rounds_done >= self.options.max_catch_up_rounds)
+        {
+            self.record.phase = Phase::Paused;
+            self.pause_started = Some(Instant::now());
+        }
+        self.record.round += 1;
+        self.save().await?;
+        Ok(self.record.phase)
+    }
+
+    async fn pause(&mut self) -> Result<Phase> {
+        let started = *self.pause_started.get_or_insert_with(Instant::now);
+        if let Err(lagging) = self.wait_acks(true).await? {
+            return self
+                .fail(format!(
+                    "participants {lagging} did not close their write gate within {:?}; \
+                     writes resume on the source",
+                    self.options.ack_timeout
+                ))
+                .await;
+        }
+        let (dirty, rescan, collected) = self.collect().await?;
+        let (src, tgt) = (self.source.as_ref(), self.target.as_ref());
+        let by_writes = self.by_writes();
+        let mut handled = 0;
+        if rescan {
+            tracing::warn!(
+                "metadata migration {}: a full re-scan in the pause (a participant \
+                 overflowed or left); the pause grows with the tree this time",
+                self.record.id
+            );
+            handled += sync_tree(src, tgt, by_writes).await?;
+            let (diffs, compared) = verify_tree(src, tgt, 10).await?;
+            handled += compared;
+            if !diffs.is_empty() {
+                return self.refuse_flip(diffs).await;
+            }
+        }
+        let mut diffs = Vec::new();
+        for path in &dirty {
+            if skipped(path) {
+                continue;
+            }
+            handled += sync_path(src, tgt, path, by_writes).await?;
+            if let Some(reason) = compare_node(src, tgt, path).await? {
+                diffs.push((path.clone(), reason));
+            }
+        }
+        if !diffs.is_empty() {
+            return self.refuse_flip(diffs).await;
+        }
+        collected.done(src).await?;
+        self.record.pause_nodes = handled;
+        self.record.caught_up += handled;
+        self.record.pause_ms = started.elapsed().as_millis() as u64;
+        self.record.phase = Phase::Completed;
+        self.save().await?;
+        self.cleanup().await;
+        tracing::info!(
+            "metadata migration {} completed: {} → {}, pause {} ms over {} nodes",
+            self.record.id,
+            self.record.source_url,
+            self.record.target_url,
+            self.record.pause_ms,
+            handled
+        );
+        Ok(Phase::Completed)
+    }
+
+    async fn refuse_flip(&mut self, diffs: Vec<(String, String)>) -> Result<Phase> {
+        let list: Vec<String> = diffs
+            .iter()
+            .take(10)
+            .map(|(p, r)| format!("{p}: {r}"))
+            .collect();
+        self.fail(format!(
+            "verification in the pause found differences, the flip is refused: {}; writes \
+             resume on the source",
+            list.join("; ")
+        ))
+        .await
+    }
+}
+
+/// Control nodes read by a collection, deleted once their paths are copied.
+#[derive(Debug, Default)]
+struct Collected {
+    nodes: Vec<String>,
+}
+
+impl Collected {
+    async fn done(self, source: &dyn MetadataStore) -> Result<()> {
+        for path in self.nodes {
+            match source.delete(&path, ExpectedVersion::Any).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Aborts the current migration (any phase before COMPLETED): writes resume
+/// on the source. Returns the aborted record.
+///
+/// # Errors
+///
+/// `InvalidArgument` when no migration is running or it has already ended;
+/// errors of the store (a `BadVersion` means the record changed meanwhile:
+/// read it and retry).
+pub async fn abort(source: &dyn MetadataStore, reason: &str) -> Result<MigrationRecord> {
+    let Some((mut rec, version)) = read_current(source).await? else {
+        return Err(refused(
+            CURRENT_PATH,
+            "no metadata migration to abort".to_owned(),
+        ));
+    };
+    if rec.phase.is_terminal() {
+        return Err(refused(
+            &record_path(&rec.id),
+            format!(
+                "migration {} has already ended ({:?}); nothing to abort",
+                rec.id, rec.phase
+            ),
+        ));
+    }
+    rec.phase = Phase::Aborted;
+    rec.error = Some(format!("aborted: {reason}"));
+    write_record(source, &mut rec, version).await?;
+    Ok(rec)
+}

@@ -1,0 +1,16 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod coordinator;
+mod opener;
+mod participant;
+mod record;
+mod sync;
+
+pub use coordinator::{abort, Coordinator, CoordinatorOptions, MigrationRequest};
+pub use opener::{NamedMemoryStores, StoreOpener, UrlOpener};
+pub use participant::{MigratingStore, ParticipantOptions};
+pub use record::{
+    dirty_path, is_control_path, joined_path, read_current, read_record, record_path,
+    MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, MIGRATION_ROOT, PARTICIPANTS_PATH,
+};

@@ -1,0 +1,84 @@
+//! [`StoreOpener`]: how participants and the coordinator open a store by URL.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use bkswitch_metadata_store::{
+    open_store, MetadataError, MetadataStore, Operation, Result, StoreTimeouts,
+};
+
+/// Opens a store from the URL recorded in a migration.
+#[async_trait]
+pub trait StoreOpener: Send + Sync + Debug {
+    /// A new session on the store at `url`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a URL the opener does not know; errors of
+    /// connecting.
+    async fn open(&self, url: &str) -> Result<Arc<dyn MetadataStore>>;
+}
+
+/// Opens `zk://…` and `etcd://…` URLs with
+/// [`open_store`](bkswitch_metadata_store::open_store) (the backends built in).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UrlOpener {
+    /// Timeouts of the stores opened.
+    pub timeouts: StoreTimeouts,
+}
+
+#[async_trait]
+impl StoreOpener for UrlOpener {
+    async fn open(&self, url: &str) -> Result<Arc<dyn MetadataStore>> {
+        if url == "memory" {
+            return Err(MetadataError::InvalidArgument {
+                op: Operation::Connect,
+                path: url.to_owned(),
+                reason: "`memory` opens a new empty store each time and cannot be the source \
+                         or target of a migration; use NamedMemoryStores, or a zk:// or \
+                         etcd:// URL"
+                    .to_owned(),
+            });
+        }
+        open_store(url, self.timeouts).await
+    }
+}
+
+/// In-memory stores by name (`memory://<name>`), each open a new session on
+/// the same tree: memory-to-memory migrations in tests and benches.
+#[derive(Debug, Default, Clone)]
+pub struct NamedMemoryStores {
+    stores: Arc<Mutex<HashMap<String, bkswitch_metadata_store::MemoryStore>>>,
+}
+
+impl NamedMemoryStores {
+    /// No stores yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The store `memory://<name>` (created empty on first use), as a new
+    /// session.
+    pub fn session(&self, name: &str) -> bkswitch_metadata_store::MemoryStore {
+        let mut stores = self.stores.lock();
+        stores.entry(name.to_owned()).or_default().new_session()
+    }
+}
+
+#[async_trait]
+impl StoreOpener for NamedMemoryStores {
+    async fn open(&self, url: &str) -> Result<Arc<dyn MetadataStore>> {
+        match url.strip_prefix("memory://") {
+            Some(name) if !name.is_empty() => Ok(Arc::new(self.session(name))),
+            _ => Err(MetadataError::InvalidArgument {
+                op: Operation::Connect,
+                path: url.to_owned(),
+                reason: "expected `memory://<name>`".to_owned(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! [`MigratingStore`]: the participant side, a [`MetadataStore`] wrapper with
+//! the write gate, the dirty set and the swap to the target.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch, RwLock};
+
+use bkswitch_metadata_store::{
+    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Notification,
+    Operation, Result, Stat, WatchStream,
+};
+
+use crate::opener::StoreOpener;
+use crate::record::{
+    dirty_path, is_control_path, joined_path, read_current, MigrationRecord, ParticipantAck, Phase,
+    PARTICIPANTS_PATH,
+};
+use crate::sync::parent_of;
+
+/// Settings of a [`MigratingStore`].
+#[derive(Debug, Clone)]
+pub struct ParticipantOptions {
+    /// Name of the participant (a path segment, unique among the nodes of the
+    /// cluster). Default: a random UUID.
+    pub name: String,
+    /// Most paths held in the dirty set; beyond it the participant reports an
+    /// overflow and the coordinator re-scans the whole tree instead (no
+    /// change is lost). Default 100,000.
+    pub dirty_limit: usize,
+    /// Largest page of published dirty paths, in bytes. Default 256 KiB.
+    pub page_bytes: usize,
+    /// How often the participant re-reads the migration record besides its
+    /// watches. Default 500 ms.
+    pub poll_interval: Duration,
+}
+
+impl Default for ParticipantOptions {
+    fn default() -> Self {
+        ParticipantOptions {
+            name: uuid::Uuid::new_v4().to_string(),
+            dirty_limit: 100_000,
+            page_bytes: 256 * 1024,
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One published page of dirty paths (JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct DirtyPage {
+    pub(crate) paths: Vec<String>,
+    pub(crate) overflow: bool,
+}
+
+struct Slot {
+    store: Arc<dyn MetadataStore>,
+    url: String,
+}
+
+#[derive(Default)]
+struct PState {
+    tracking: Option<String>,
+    dirty: BTreeSet<String>,
+    overflow: bool,
+    paused: Option<String>,
+    acked: Option<(String, Phase, u64)>,
+    ephemerals: BTreeMap<String, Vec<u8>>,
+    page_seq: u64,
+}
+
+struct Inner {
+    current: ArcSwap<Slot>,
+    opener: Arc<dyn StoreOpener>,
+    options: ParticipantOptions,
+    state: Mutex<PState>,
+    gate: RwLock<()>,
+    generation: watch::Sender<u64>,
+    closed: AtomicBool,
+    owns_store: bool,
+    swaps: AtomicU64,
+    reconcile_lock: tokio::sync::Mutex<()>,
+}
+
+/// A [`MetadataStore`] that every node puts below all its metadata users so
+/// that the store can be moved to another backend under live traffic.
+///
+/// It forwards every operation to the current store and, while a migration
+/// runs (see [`Coordinator`](crate::Coordinator)):
+/// - registers as a participant (an ephemeral node under
+///   [`PARTICIPANTS_PATH`]) and acknowledges each request of the coordinator;
+/// - records every path it writes, creates or deletes (the dirty set,
+///   bounded by [`ParticipantOptions::dirty_limit`]) and publishes it when asked;
+/// - in the pause, refuses writes with [`ErrorKind::WritesPaused`] (retryable)
+///   after the writes already in flight have finished;
+/// - at COMPLETED opens the target, swaps to it, recreates the ephemeral
+///   nodes it created, re-arms its watch streams (each reports a re-read of
+///   its node) and reopens writes.
+///
+/// Started with the URL of a store that was migrated away, it follows the
+/// recorded target and logs a warning to change the configuration.
+#[derive(Clone)]
+pub struct MigratingStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for MigratingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MigratingStore")
+            .field("name", &self.inner.options.name)
+            .field("url", &self.inner.current.load().url)
+            .finish()
+    }
+}
+
+fn paused_error(op: Operation, path: &str, reason: &str) -> MetadataError {
+    MetadataError::WritesPaused {
+        op,
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+impl MigratingStore {
+    /// Opens the store at `url` with `opener`, follows completed migrations
+    /// recorded there (warning that the configuration names an old store),
+    /// registers as a participant and starts following migrations.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the opener and the store; `AlreadyExists` when another live
+    /// participant has the same name.
+    pub async fn open(
+        url: &str,
+        opener: Arc<dyn StoreOpener>,
+        options: ParticipantOptions,
+    ) -> Result<MigratingStore> {
+        let store = opener.open(url).await?;
+        Self::start(store, url.to_owned(), opener, options, true).await
+    }
+
+    /// Like [`open`](Self::open) on a store already open (`url` is the URL it
+    /// was opened with, as recorded in migrations). The store is not closed
+    /// when the participant swaps away from it.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub async fn wrap(
+        store: Arc<dyn MetadataStore>,
+        url: &str,
+        opener: Arc<dyn StoreOpener>,
+        options: ParticipantOptions,
+    ) -> Result<MigratingStore> {
+        Self::start(store, url.to_owned(), opener, options, false).await
+    }
+
+    async fn start(
+        mut store: Arc<dyn MetadataStore>,
+        mut url: String,
+        opener: Arc<dyn StoreOpener>,
+        options: ParticipantOptions,
+        owns_store: bool,
+    ) -> Result<MigratingStore> {
+        // Follow completed migrations (a node started with an old URL).
+        for _ in 0..8 {
+            match read_current(store.as_ref()).await? {
+                Some((rec, _)) if rec.phase == Phase::Completed => {
+                    tracing::warn!(
+                        "the metadata store {url} was migrated to {} (migration {}); using \
+                         the target: change this node's configuration to {}",
+                        rec.target_url,
+                        rec.id,
+                        rec.target_url
+                    );
+                    let next = opener.open(&rec.target_url).await?;
+                    if owns_store {
+                        let _ = store.close().await;
+                    }
+                    store = next;
+                    url = rec.target_url;
+                }
+                _ => break,
+            }
+        }
+        let (generation, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            current: ArcSwap::from_pointee(Slot { store, url }),
+            opener,
+            options,
+            state: Mutex::new(PState::default()),
+            gate: RwLock::new(()),
+            generation,
+            closed: AtomicBool::new(false),
+            owns_store,
+            swaps: AtomicU64::new(0),
+            reconcile_lock: tokio::sync::Mutex::new(()),
+        });
+        let this = MigratingStore { inner };
+        this.register().await?;
+        this.reconcile().await?;
+        let weak = Arc::downgrade(&this.inner);
+        tokio::spawn(control_loop(weak));
+        Ok(this)
+    }
+
+    /// The name of this participant.
+    pub fn name(&self) -> &str {
+        &self.inner.options.name
+    }
+
+    /// The URL of the store in use.
+    pub fn url(&self) -> String {
+        self.inner.current.load().url.clone()
+    }
+
+    /// The store in use.
+    pub fn current(&self) -> Arc<dyn MetadataStore> {
+        self.inner.current.load().store.clone()
+    }
+
+    /// How many times the participant swapped to a target.
+    pub fn swaps(&self) -> u64 {
+        self.inner.swaps.load(Ordering::Relaxed)
+    }
+
+    /// Whether writes are paused right now.
+    pub fn is_paused(&self) -> bool {
+        self.inner.state.lock().paused.is_some()
+    }
+
+    /// Paths in the dirty set right now.
+    pub fn dirty_len(&self) -> usize {
+        self.inner.state.lock().dirty.len()
+    }
+
+    fn participant_path(&self) -> String {
+        format!("{PARTICIPANTS_PATH}/{}", self.inner.options.name)
+    }
+
+    async fn register(&self) -> Result<()> {
+        let ack = serde_json::to_vec(&ParticipantAck::default()).expect("serializes");
+        let store = self.current();
+        match store
+            .create(&self.participant_path(), &ack, CreateMode::EPHEMERAL)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(MetadataError::AlreadyExists {
+                op: Operation::Create,
+                path: format!(
+                    "{} (another live participant has the name `{}`: give each node its own \
+                     ParticipantOptions::name)",
+                    self.participant_path(),
+                    self.inner.options.name
+                ),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the migration record and does what its phase asks. Runs by
+    /// itself on every change of the record; public so that a caller can
+    /// force it.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the stores and of the opener of the target.
+    pub async fn reconcile(&self) -> Result<()> {
+        let _one = self.inner.reconcile_lock.lock().await;
+        let store = self.current();
+        let rec = read_current(store.as_ref()).await?;
+        match rec {
+            Some((rec, _)) if rec.phase.tracks() => self.follow(store, rec).await,
+            Some((rec, _)) if rec.phase == Phase::Completed => self.flip(store, rec).await,
+            _ => {
+                let mut st = self.inner.state.lock();
+                st.tracking = None;
+                st.dirty.clear();
+                st.overflow = false;
+                st.paused = None;
+                Ok(())
+            }
+        }
+    }
+
+    async fn follow(&self, store: Arc<dyn MetadataStore>, rec: MigrationRecord) -> Result<()> {
+        let name = self.inner.options.name.clone();
+        let starting = {
+            let mut st = self.inner.state.lock();
+            if st.tracking.as_deref() != Some(&rec.id) {
+                st.tracking = Some(rec.id.clone());
+                st.dirty.clear();
+                st.overflow = false;
+                st.acked = None;
+                true
+            } else {
+                false
+            }
+        };
+        if starting {
+            store
+                .put(
+                    &format!("{}/{name}", joined_path(&rec.id)),
+                    b"",
+                    ExpectedVersion::Any,
+                )
+                .await?;
+        }
+        if rec.phase == Phase::Paused && !self.is_paused() {
+            // Wait for the writes in flight, then close the gate.
+            let _all = self.inner.gate.write().await;
+            self.inner.state.lock().paused = Some(format!(
+                "migration {} to {} is in its pause",
+                rec.id, rec.target_url
+            ));
+        }
+        let want = (rec.id.clone(), rec.phase, rec.round);
+        if self.inner.state.lock().acked.as_ref() == Some(&want) {
+            return Ok(());
+        }
+        self.publish(store.as_ref(), &rec.id).await?;
+        let ack = ParticipantAck {
+            migration: Some(rec.id.clone()),
+            phase: Some(rec.phase),
+            round: rec.round,
+        };
+        let value = serde_json::to_vec(&ack).expect("serializes");
+        // The node is ephemeral: never recreate it as a persistent one. A
+        // session that ended took it; register again (the dirty set is
+        // still here, nothing was lost).
+        let path = self.participant_path();
+        match store.exists(&path).await? {
+            Some(stat) => {
+                store
+                    .put(&path, &value, ExpectedVersion::Exactly(stat.version))
+                    .await?;
+            }
+            None => {
+                if self.inner.closed.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                store.create(&path, &value, CreateMode::EPHEMERAL).await?;
+            }
+        }
+        self.inner.state.lock().acked = Some(want);
+        Ok(())
+    }
+
+    /// Publishes the dirty set as pages under [`dirty_path`] and empties it.
+    async fn publish(&self, store: &dyn MetadataStore, id: &str) -> Result<()> {
+        let (paths, overflow, seq) = {
+            let mut st = self.inner.state.lock();
+            let paths = std::mem::take(&mut st.dirty);
+            let overflow = std::mem::take(&mut st.overflow);
+            st.page_seq += 1;
+            (paths, overflow, st.page_seq)
+        };
+        if paths.is_empty() && !overflow {
+            return Ok(());
+        }
+        let mut page = DirtyPage {
+            paths: Vec::new(),
+            overflow,
+        };
+        let mut bytes = 0;
+        let mut n = 0;
+        let base = dirty_path(id);
+        let name = &self.inner.options.name;
+        let mut pages = Vec::new();
+        for p in paths {
+            bytes += p.len() + 4;
+            page.paths.push(p);
+            if bytes >= self.inner.options.page_bytes {
+                pages.push(std::mem::take(&mut page));
+                bytes = 0;
+            }
+        }
+        if !page.paths.is_empty() || page.overflow {
+            pages.push(page);
+        }
+        for page in pages {
+            let value = serde_json::to_vec(&page).expect("serializes");
+            store
+                .put(
+                    &format!("{base}/{seq:012}-{name}-{n:06}"),
+                    &value,
+                    ExpectedVersion::NotExists,
+                )
+                .await?;
+            n += 1;
+        }
+        Ok(())
+    }
+
+    async fn flip(&self, old: Arc<dyn MetadataStore>, rec: MigrationRecord) -> Result<()> {
+        let target = self.inner.opener.open(&rec.target_url).await?;
+        let ephemerals: Vec<(String, Vec<u8>)> = self
+            .inner
+            .state
+            .lock()
+            .ephemerals
+            .iter()
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect();
+        for (path, value) in ephemerals {
+            match target.create(&path, &value, CreateMode::EPHEMERAL).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.inner.current.store(Arc::new(Slot {
+            store: target,
+            url: rec.target_url.clone(),
+        }));
+        self.inner.swaps.fetch_add(1, Ordering::Relaxed);
+        self.inner.generation.send_modify(|g| *g += 1);
+        {
+            let mut st = self.inner.state.lock();
+            st.tracking = None;
+            st.dirty.clear();
+            st.overflow = false;
+            st.paused = None;
+            st.acked = None;
+        }
+        tracing::info!(
+            "metadata store moved from {} to {} (migration {})",
+            rec.source_url,
+            rec.target_url,
+            rec.id
+        );
+        // Leave the old store: the participant registers in the new one.
+        let _ = old
+            .delete(&self.participant_path(), ExpectedVersion::Any)
+            .await;
+        if self.inner.owns_store {
+            let _ = old.close().await;
+        }
+        self.register().await
+    }
+
+    fn track(&self, path: &str) {
+        if is_control_path(path) {
+            return;
+        }
+        let mut st = self.inner.state.lock();
+        if st.tracking.is_none() || st.overflow {
+            return;
+        }
+        st.dirty.insert(path.to_owned());
+        if let Some(parent) = parent_of(path) {
+            if parent != "/" {
+                st.dirty.insert(parent.to_owned());
+            }
+        }
+        if st.dirty.len() > self.inner.options.dirty_limit {
+            st.dirty.clear();
+            st.overflow = true;
+        }
+    }
+
+    fn check_open(&self, op: Operation, path: &str) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(MetadataError::Closed {
+                op,
+                path: path.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
+async fn control_loop(weak: Weak<Inner>) {
+    let mut watched: Option<(String, WatchStream, WatchStream)> = None;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let this = MigratingStore { inner };
+        let poll = this.inner.options.poll_interval;
+        let url = this.url();
+        if watched.as_ref().map(|w| &w.0) != Some(&url) {
+            let store = this.current();
+            let a = store.watch(crate::record::CURRENT_PATH).await;
+            let b = store.watch(crate::record::MIGRATION_ROOT).await;
+            watched = match (a, b) {
+                (Ok(a), Ok(b)) => Some((url.clone(), a, b)),
+                _ => None,
+            };
+        }
+        if let Err(e) = this.reconcile().await {
+            tracing::warn!("participant {}: following the migration: {e}", this.name());
+        }
+        drop(this);
+        let ended = match watched.as_mut() {
+            Some((_, a, b)) => {
+                tokio::select! {
+                    n = a.next() => n.is_none(),
+                    n = b.next() => n.is_none(),
+                    _ = tokio::time::sleep(poll) => false,
+                }
+            }
+            None => {
+                tokio::time::sleep(poll).await;
+                false
+            }
+        };
+        if ended {
+            // The store ended the streams (closed after a swap): arm again
+            // on the store in use, without spinning.
+            watched = None;
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+impl MigratingStore {
+    /// Passes the write gate: `None` for control paths (never gated), the
+    /// in-flight guard otherwise (held until the write is tracked).
+    async fn enter_gate(
+        &self,
+        op: Operation,
+        path: &str,
+    ) -> Result<Option<tokio::sync::RwLockReadGuard<'_, ()>>> {
+        self.check_open(op, path)?;
+        if is_control_path(path) {
+            return Ok(None);
+        }
+        let guard = self.inner.gate.read().await;
+        if let Some(reason) = self.inner.state.lock().paused.clone() {
+            return Err(paused_error(op, path, &reason));
+        }
+        Ok(Some(guard))
+    }
+}
+
+#[async_trait]
+impl MetadataStore for MigratingStore {
+    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
+        self.check_open(Operation::Get, path)?;
+        self.current().get(path).await
+    }
+
+    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
+        let _in_flight = self.enter_gate(Operation::Put, path).await?;
+        let r = self.current().put(path, value, expected).await;
+        self.track(path);
+        r
+    }
+
+    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
+        let _in_flight = self.enter_gate(Operation::Create, path).await?;
+        let r = self.current().create(path, value, mode).await;
+        match &r {
+            Ok((actual, _)) => {
+                self.track(actual);
+                if mode.ephemeral {
+                    self.inner
+                        .state
+                        .lock()
+                        .ephemerals
+                        .insert(actual.clone(), value.to_vec());
+                }
+            }
+            Err(_) => self.track(path),
+        }
+        r
+    }
+
+    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
+        let _in_flight = self.enter_gate(Operation::Delete, path).await?;
+        let r = self.current().delete(path, expected).await;
+        self.track(path);
+        if r.is_ok() {
+            self.inner.state.lock().ephemerals.remove(path);
+        }
+        r
+    }
+
+    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.check_open(Operation::Exists, path)?;
+        self.current().exists(path).await
+    }
+
+    async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.check_open(Operation::Children, path)?;
+        self.current().children(path).await
+    }
+
+    async fn watch(&self, path: &str) -> Result<WatchStream> {
+        self.check_open(Operation::Watch, path)?;
+        let mut gen_rx = self.inner.generation.subscribe();
+        gen_rx.borrow_and_update();
+        let first = self.current().watch(path).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let weak = Arc::downgrade(&self.inner);
+        let owned = path.to_owned();
+        tokio::spawn(forward_watch(weak, owned, first, gen_rx, tx));
+        Ok(WatchStream::from_channel(path, rx, None))
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let store = self.current();
+        let tracking = self.inner.state.lock().tracking.clone();
+        if let Some(id) = tracking {
+            // Leave cleanly: publish what was written, then the marker.
+            if self.publish(store.as_ref(), &id).await.is_ok() {
+                let _ = store
+                    .delete(
+                        &format!("{}/{}", joined_path(&id), self.inner.options.name),
+                        ExpectedVersion::Any,
+                    )
+                    .await;
+            }
+        }
+        let _ = store
+            .delete(&self.participant_path(), ExpectedVersion::Any)
+            .await;
+        self.inner.generation.send_modify(|g| *g += 1);
+        if self.inner.owns_store {
+            store.close().await
+        } else {
+            Ok(())
+        }
+    }
+
+    fn can_import_versions(&self) -> bool {
+        self.current().can_import_versions()
+    }
+
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
+        let _in_flight = self.enter_gate(Operation::Put, path).await?;
+        let r = self.current().import_version(path, value, version).await;
+        self.track(path);
+        r
+    }
+}
+
+async fn forward_watch(
+    weak: Weak<Inner>,
+    path: String,
+    mut stream: WatchStream,
+    mut gen_rx: watch::Receiver<u64>,
+    tx: mpsc::UnboundedSender<Notification>,
+) {
+    loop {
+        tokio::select! {
+            n = stream.next() => match n {
+                Some(n) => {
+                    if tx.send(n).is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    // The old store closed: wait for the swap (or the end).
+                    tokio::select! {
+                        r = gen_rx.changed() => if r.is_err() { return },
+                        _ = tx.closed() => return,
+                    }
+                    if !rearm(&weak, &path, &mut stream, &tx).await {
+                        return;
+                    }
+                }
+            },
+            r = gen_rx.changed() => {
+                if r.is_err() || !rearm(&weak, &path, &mut stream, &tx).await {
+                    return;
+                }
+            }
+            _ = tx.closed() => return,
+        }
+    }
+}
+
+/// Re-arms a forwarded watch on the store in use and reports a re-read of
+/// the node, so that nothing changed during the swap is missed.
+async fn rearm(
+    weak: &Weak<Inner>,
+    path: &str,
+    stream: &mut WatchStream,
+    tx: &mpsc::UnboundedSender<Notification>,
+) -> bool {
+    let Some(inner) = weak.upgrade() else {
+        return false;
+    };
+    if inner.closed.load(Ordering::Acquire) {
+        return false;
+    }
+    let store = inner.current.load().store.clone();
+    drop(inner);
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match store.watch(path).await {
+            Ok(s) => {
+                *stream = s;
+                break;
+            }
+            Err(e) if e.kind() == ErrorKind::Closed => return false,
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+    let exists = matches!(store.exists(path).await, Ok(Some(_)));
+    let first = if exists {
+        Notification::Modified {
+            path: path.to_owned(),
+        }
+    } else {
+        Notification::Deleted {
+            path: path.to_owned(),
+        }
+    };
+    tx.send(first).is_ok()
+        && tx
+            .send(Notification::ChildrenChanged {
+                path: path.to_owned(),
+            })
+            .is_ok()
+}
