@@ -11,7 +11,7 @@ use bkswitch_bk_client::OpKind;
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::{MemoryStore, MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_switch_orchestrator::{
-    BuildProgress, SwitchLedgerState, Orchestrator, OrchestratorConfig, OrchestratorError, Phase,
+    BuildProgress, Orchestrator, OrchestratorConfig, OrchestratorError, Phase, SwitchLedgerState,
 };
 use common::*;
 

@@ -35,12 +35,13 @@ impl Orchestrator {
     /// What the ledger records of `switch_id` say was copied.
     async fn recorded_baseline(&self, switch_id: &str) -> Result<Baseline> {
         let mut base = Baseline::default();
-        self.records().for_each_record_page(switch_id, |page| {
-            for rec in page.values() {
-                base.add(rec);
-            }
-        })
-        .await?;
+        self.records()
+            .for_each_record_page(switch_id, |page| {
+                for rec in page.values() {
+                    base.add(rec);
+                }
+            })
+            .await?;
         Ok(base)
     }
 
