@@ -433,8 +433,12 @@ async fn bkswitch_reads_what_pulsars_etcd_store_wrote() {
     assert!(theirs.ephemeral && !theirs.created_by_self, "{theirs:?}");
 
     // Pulsar's session ends: its lease goes, and the ephemeral node with it.
+    // Pulsar's `close()` sends the lease revoke without waiting for it and
+    // closes its client right after, so the revoke may never reach etcd; the
+    // lease then ends by expiry, one session timeout (30 s in the helper)
+    // later. Either way the node must go: wait for the longer of the two.
     tokio::task::block_in_place(|| java.close_store()).expect("close Pulsar's store");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(45);
     while store.get(owner).await.unwrap().is_some() {
         assert!(
             std::time::Instant::now() < deadline,
