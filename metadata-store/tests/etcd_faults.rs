@@ -581,3 +581,92 @@ async fn a_killed_member_costs_no_operation() {
     assert_eq!(store.children("/p").await.expect("children").len(), 46);
     store.close().await.expect("close");
 }
+
+/// Concurrent writes of different nodes leave in shared requests (each a
+/// nested transaction with its own compares): every write keeps its own
+/// outcome and version, a conflict on one node fails only that write, and
+/// two racing writes of one node never both win.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_requests_and_keep_their_own_outcome() {
+    let url = shared().url(&unique_prefix());
+    let store = Arc::new(
+        EtcdStore::connect(&url, options(10))
+            .await
+            .expect("connect"),
+    );
+    let lanes = 24;
+    let rounds = 40;
+    for i in 0..lanes {
+        store
+            .put(&format!("/w/n{i}"), b"0", ExpectedVersion::NotExists)
+            .await
+            .expect("seed");
+    }
+    let before = store.write_batches();
+
+    // Every lane writes its own node with the version it last wrote.
+    let lanes_done = futures::future::join_all((0..lanes).map(|i| {
+        let store = store.clone();
+        async move {
+            let path = format!("/w/n{i}");
+            let mut version = 0;
+            for r in 0..rounds {
+                let value = format!("{i}:{r}");
+                let stat = store
+                    .put(&path, value.as_bytes(), ExpectedVersion::Exactly(version))
+                    .await
+                    .unwrap_or_else(|e| panic!("{path} at version {version}: {e}"));
+                assert_eq!(stat.version, version + 1, "{path}");
+                assert!(!stat.ephemeral);
+                version = stat.version;
+            }
+            version
+        }
+    }))
+    .await;
+    assert!(lanes_done.iter().all(|v| *v == rounds));
+    for i in 0..lanes {
+        let got = store.get(&format!("/w/n{i}")).await.unwrap().expect("node");
+        assert_eq!(got.value, format!("{i}:{}", rounds - 1).as_bytes());
+        assert_eq!(got.stat.version, rounds);
+    }
+    let after = store.write_batches();
+    assert!(
+        after.requests > before.requests && after.writes >= 2 * (after.requests - before.requests),
+        "concurrent writes should have shared requests: {before:?} → {after:?}"
+    );
+
+    // Stale versions in the middle of a batch fail alone; racing writers of
+    // one node: exactly one wins each version.
+    let outcomes = futures::future::join_all((0..lanes).map(|i| {
+        let store = store.clone();
+        async move {
+            let path = format!("/w/n{}", i / 2);
+            let stale = i % 5 == 0;
+            let expected = if stale { rounds - 1 } else { rounds };
+            let r = store
+                .put(&path, b"race", ExpectedVersion::Exactly(expected))
+                .await;
+            (i / 2, stale, r)
+        }
+    }))
+    .await;
+    let mut winners = std::collections::BTreeMap::new();
+    for (node, stale, r) in outcomes {
+        match r {
+            Ok(stat) => {
+                assert!(!stale, "a stale version won on /w/n{node}");
+                assert_eq!(stat.version, rounds + 1);
+                *winners.entry(node).or_insert(0) += 1;
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::BadVersion, "/w/n{node}: {e}"),
+        }
+    }
+    for node in 0..lanes / 2 {
+        let got = store.get(&format!("/w/n{node}")).await.unwrap().unwrap();
+        let won = winners.get(&node).copied().unwrap_or(0);
+        assert_eq!(won, 1, "/w/n{node}: one of its racing writers wins");
+        assert_eq!(got.stat.version, rounds + won as i64, "/w/n{node}");
+    }
+    store.close().await.expect("close");
+}

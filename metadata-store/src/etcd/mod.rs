@@ -27,9 +27,11 @@
 //! is lost or reordered; when etcd compacted that revision away the watch
 //! re-reads the node and reports what differs.
 
+mod batch;
 mod endpoints;
 mod url;
 
+pub use batch::WriteBatches;
 pub use url::check_etcd_url;
 
 use std::fmt;
@@ -134,6 +136,8 @@ struct Inner {
     /// Keeps the client off members that refuse connections (several
     /// endpoints only).
     doctor: Option<Arc<endpoints::Doctor>>,
+    /// Coalesces concurrent writes of node values (see `batch.rs`).
+    batcher: batch::Batcher,
 }
 
 /// A [`MetadataStore`] on an etcd cluster (etcd 3.4 or later).
@@ -273,6 +277,7 @@ impl EtcdStore {
             closed: AtomicBool::new(false),
             signals,
             doctor: doctor.clone(),
+            batcher: batch::Batcher::default(),
         });
         if let Some(doctor) = doctor {
             let weak = Arc::downgrade(&inner);
@@ -294,6 +299,16 @@ impl EtcdStore {
     /// The URL the store was opened with.
     pub fn url(&self) -> &str {
         &self.inner.url
+    }
+
+    /// How many writes left together with others in one etcd request so far.
+    ///
+    /// Writes of node values (`put` of an existing node) that arrive while
+    /// the store already has requests in flight are sent together as soon as
+    /// one completes, each as a nested transaction with its own compares and
+    /// outcome; a write is never held back waiting for company.
+    pub fn write_batches(&self) -> WriteBatches {
+        self.inner.batcher.stats()
     }
 
     /// The id of the store's current lease (its session).
@@ -370,6 +385,10 @@ impl Inner {
     }
 
     fn map_err(&self, e: etcd_client::Error, op: Operation, path: &str) -> MetadataError {
+        self.map_err_ref(&e, op, path)
+    }
+
+    fn map_err_ref(&self, e: &etcd_client::Error, op: Operation, path: &str) -> MetadataError {
         let text = e.to_string();
         if text.contains("requested lease not found") {
             return MetadataError::SessionExpired {
@@ -445,10 +464,17 @@ impl Inner {
     }
 
     async fn txn(&self, op: Operation, path: &str, txn: Txn) -> Result<TxnResponse> {
+        self.txn_raw(txn)
+            .await
+            .map_err(|e| self.map_err(e, op, path))
+    }
+
+    /// A transaction, sent again while its request never reached etcd.
+    async fn txn_raw(&self, txn: Txn) -> std::result::Result<TxnResponse, etcd_client::Error> {
         loop {
             match self.kv().txn(txn.clone()).await {
                 Err(e) if self.resend(&e).await => {}
-                r => return r.map_err(|e| self.map_err(e, op, path)),
+                r => return r,
             }
         }
     }
@@ -686,7 +712,7 @@ impl Inner {
     /// Writes an existing node's value; `expected` is `Any` or `Exactly`.
     /// `Ok(None)` when the node does not exist (for `Any`).
     async fn update_node(
-        &self,
+        self: &Arc<Self>,
         op: Operation,
         path: &str,
         value: &[u8],
@@ -732,14 +758,16 @@ impl Inner {
             }
             let reads_at = ops.len();
             ops.extend(self.stat_reads(path));
+            // Concurrent writes of other nodes leave in one request.
             let resp = self
-                .txn(
+                .batched_txn(
                     op,
                     path,
                     Txn::new().when(when).and_then(ops).or_else(vec![
                         TxnOp::get(key.clone(), None),
                         TxnOp::get(self.side(path, "o"), None),
                     ]),
+                    value.len(),
                 )
                 .await?;
             if resp.succeeded() {
