@@ -284,7 +284,16 @@ impl Orchestrator {
                 match self.refresh_copy(ctx, rec).await? {
                     CopyCheck::Current => {}
                     CopyCheck::Replaced => continue,
-                    CopyCheck::Failed(reason) => return Ok(CursorFlip::Failed(reason)),
+                    CopyCheck::Failed(reason) => {
+                        // A node may have loaded the topic meanwhile and
+                        // rolled the cursor over, deleting this ledger: not a
+                        // failure. Look again when the cursor node changed.
+                        match self.records().read_node(&path).await? {
+                            Some(now) if now.stat.version != r.stat.version => continue,
+                            None => return Ok(CursorFlip::Gone),
+                            Some(_) => return Ok(CursorFlip::Failed(reason)),
+                        }
+                    }
                 }
             }
             restamp(&mut info, rec.was_unstamped, bootstrap, to)
