@@ -515,6 +515,55 @@ impl Inner {
         ]
     }
 
+    /// What a value write reads back for its [`Stat`]: the node without its
+    /// value (version, lease), the child counter, the creation time, the
+    /// child count and, when the compare did not fix it, the version offset.
+    /// The modification time is the one the write sets.
+    fn put_stat_reads(&self, path: &str, with_offset: bool) -> Vec<TxnOp> {
+        let k = self.side(path, "k");
+        let mut reads = vec![
+            TxnOp::get(self.key(path), Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(self.side(path, "c"), None),
+            TxnOp::get(self.side(path, "t"), None),
+            TxnOp::get(
+                k.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_range(prefix_end(&k))
+                        .with_count_only(),
+                ),
+            ),
+        ];
+        if with_offset {
+            reads.push(TxnOp::get(self.side(path, "o"), None));
+        }
+        reads
+    }
+
+    /// The [`Stat`] of a value write from [`put_stat_reads`](Self::put_stat_reads)
+    /// starting at `at`; `offset` when the compare fixed it.
+    fn read_put_stat(
+        resp: &TxnResponse,
+        at: usize,
+        modified_ms: i64,
+        offset: Option<i64>,
+    ) -> Option<Stat> {
+        let node = first_kv(&nth_get(resp, at))?;
+        let c = first_kv(&nth_get(resp, at + 1)).map_or(0, |kv| kv.version());
+        let t = parse_i64(first_kv(&nth_get(resp, at + 2)).as_ref()).unwrap_or(0);
+        let children = nth_get(resp, at + 3).map_or(0, |g| g.count());
+        let o = offset
+            .unwrap_or_else(|| parse_i64(first_kv(&nth_get(resp, at + 4)).as_ref()).unwrap_or(0));
+        Some(Stat {
+            version: (node.version() - 1).max(0) + o,
+            cversion: (2 * c - children).max(0),
+            created_ms: t,
+            modified_ms,
+            ephemeral: node.lease() != 0,
+            num_children: children,
+        })
+    }
+
     /// The node read by [`stat_reads`](Self::stat_reads) starting at `at`.
     fn read_stat(path: &str, resp: &TxnResponse, at: usize) -> Option<(Vec<u8>, Stat)> {
         let (value, version, lease) = match first_kv(&nth_get(resp, at)) {
@@ -719,7 +768,13 @@ impl Inner {
         expected: ExpectedVersion,
     ) -> Result<Option<Stat>> {
         let key = self.key(path);
+        let m = self.side(path, "m");
         let mut offset: Option<i64> = None;
+        // The fast path: a node of bkswitch's layout (its `m` side key
+        // exists), so `m` is a plain put and the reply reads only what the
+        // write does not tell. A node without `m` (the root, a node written
+        // by another etcd client) takes the general path.
+        let mut fast = path != "/";
         for _ in 0..100 {
             let mut when = Vec::new();
             if path != "/" || expected != ExpectedVersion::Any {
@@ -741,23 +796,37 @@ impl Inner {
                     }
                 }
             }
-            let mut ops = vec![
-                TxnOp::put(
-                    key.clone(),
-                    value.to_vec(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                ),
-                self.touch_modified(path),
-            ];
-            if path == "/" {
+            let now = now_ms();
+            let keep_lease = Some(PutOptions::new().with_ignore_lease());
+            let mut ops;
+            if fast {
+                when.push(Compare::create_revision(m.clone(), CompareOp::Greater, 0));
+                ops = vec![
+                    TxnOp::put(key.clone(), value.to_vec(), keep_lease.clone()),
+                    TxnOp::put(m.clone(), now.to_string(), keep_lease),
+                ];
+            } else if path == "/" {
                 // The root has no lease: a plain put.
                 ops = vec![
                     TxnOp::put(key.clone(), value.to_vec(), None),
-                    TxnOp::put(self.side(path, "m"), now_ms().to_string(), None),
+                    TxnOp::put(m.clone(), now.to_string(), None),
+                ];
+            } else {
+                ops = vec![
+                    TxnOp::put(key.clone(), value.to_vec(), keep_lease),
+                    self.touch_modified(path),
                 ];
             }
             let reads_at = ops.len();
-            ops.extend(self.stat_reads(path));
+            let known_offset = match expected {
+                ExpectedVersion::Exactly(_) => Some(offset.unwrap_or(0)),
+                _ => None,
+            };
+            if fast {
+                ops.extend(self.put_stat_reads(path, known_offset.is_none()));
+            } else {
+                ops.extend(self.stat_reads(path));
+            }
             // Concurrent writes of other nodes leave in one request.
             let resp = self
                 .batched_txn(
@@ -766,12 +835,20 @@ impl Inner {
                     Txn::new().when(when).and_then(ops).or_else(vec![
                         TxnOp::get(key.clone(), None),
                         TxnOp::get(self.side(path, "o"), None),
+                        TxnOp::get(m.clone(), Some(GetOptions::new().with_keys_only())),
                     ]),
                     value.len(),
                 )
                 .await?;
             if resp.succeeded() {
-                return Ok(Self::read_stat(path, &resp, reads_at).map(|(_, s)| s));
+                return Ok(if fast {
+                    Self::read_put_stat(&resp, reads_at, now, known_offset)
+                } else {
+                    Self::read_stat(path, &resp, reads_at).map(|(_, s)| s)
+                });
+            }
+            if fast && first_kv(&nth_get(&resp, 2)).is_none() {
+                fast = false;
             }
             let node = first_kv(&nth_get(&resp, 0));
             let o = parse_i64(first_kv(&nth_get(&resp, 1)).as_ref());
