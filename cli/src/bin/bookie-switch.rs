@@ -6,13 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_admin::wire::BASE_PATH;
-use bkswitch_admin::{standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError};
+use bkswitch_admin::{
+    standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
+};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_bookkeeper::ClientConfig;
 use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
 use bkswitch_cli::settings::ServeSettings;
 use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
+use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, UrlOpener};
 use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
 use clap::{Args, Parser, Subcommand};
 
@@ -407,11 +410,23 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         session: s.session_timeout,
         ..StoreTimeouts::default()
     };
-    let store: Arc<dyn MetadataStore> = match open_store(&s.metadata_store, timeouts).await {
-        Ok(st) => st,
+    // Every metadata user of the node goes through the migration
+    // participant, so that the store can be moved under live traffic
+    // (`bookie-clusters metadata-migration start`).
+    let participant = match open_participant(&s.metadata_store, &s.node_id, timeouts).await {
+        Ok(p) => p,
         Err(e) if e.kind() == ErrorKind::InvalidArgument => {
             eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
             return ExitCode::from(2);
+        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            eprintln!(
+                "bookie-switch {command}: node id '{}' is in use by a live node (its \
+                 metadata-migration participant is registered in {}); give every node a \
+                 unique id (--node-id / bkswitchNodeId), or stop that node first",
+                s.node_id, s.metadata_store
+            );
+            return ExitCode::FAILURE;
         }
         Err(e) => {
             eprintln!(
@@ -421,6 +436,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let store: Arc<dyn MetadataStore> = Arc::new(participant.clone());
     // The i-th in-memory cluster hands out ledger ids from i × 10^9: a real
     // new cluster's id generator is advanced by the operator before a switch
     // (the idgen precheck checks it); here it is done once at start.
@@ -463,10 +479,12 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         .with_migration_concurrency(s.migration_concurrency)
         .with_rollback_window(s.rollback_window)
         .with_dual_read_timeout(s.dual_read_timeout);
+    let cfg = cfg.with_migration(MigrationHandle::new(participant.clone()));
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {
             eprintln!("bookie-switch {command}: {e}");
+            let _ = participant.close().await;
             return ExitCode::FAILURE;
         }
     };
@@ -489,6 +507,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             Err(e) => {
                 eprintln!("bookie-switch {command}: cannot open topic '{t}': {e}");
                 node.stop().await;
+                let _ = participant.close().await;
                 return ExitCode::FAILURE;
             }
         }
@@ -511,5 +530,29 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         );
     }
     node.stop().await;
+    // Leaves the migration cleanly (publishes what it wrote, unregisters).
+    let _ = participant.close().await;
     ExitCode::SUCCESS
+}
+
+/// The node's metadata store behind its migration participant (named after
+/// the node): `zk://…` and `etcd://…` (per the build's features) through the
+/// URL opener, which also opens the targets of migrations; `memory` (a store
+/// of this process only) wrapped as it is.
+async fn open_participant(
+    url: &str,
+    node_id: &str,
+    timeouts: StoreTimeouts,
+) -> bkswitch_metadata_store::Result<MigratingStore> {
+    let opener = Arc::new(UrlOpener { timeouts });
+    let options = ParticipantOptions {
+        name: node_id.to_owned(),
+        ..ParticipantOptions::default()
+    };
+    if url == "memory" {
+        let store = open_store(url, timeouts).await?;
+        MigratingStore::wrap(store, url, opener, options).await
+    } else {
+        MigratingStore::open(url, opener, options).await
+    }
 }
