@@ -421,7 +421,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         }
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             eprintln!(
-                "bookie-switch {command}: node id '{}' is in use by a live node (its \
+                "bookie-switch {command}: node id `{}` is in use by a live node (its \
                  metadata-migration participant is registered in {}); give every node a \
                  unique id (--node-id / bkswitchNodeId), or stop that node first",
                 s.node_id, s.metadata_store
