@@ -109,6 +109,12 @@ async fn trims_wait_out_the_pause_and_resume_after_the_flip() {
         last = Some(ml.append(format!("m{i}").into_bytes()).await.unwrap());
     }
     cursor.mark_delete(last.unwrap()).await.unwrap();
+    let doomed = node
+        .open_topic("public/default/persistent/doomed")
+        .await
+        .unwrap();
+    doomed.append(b"x".to_vec()).await.unwrap();
+    let doomed_ledgers = doomed.ledger_ids();
     let session = node.metadata_session();
     assert!(session.is_available());
 
@@ -139,6 +145,9 @@ async fn trims_wait_out_the_pause_and_resume_after_the_flip() {
     assert_eq!(e.kind(), ManagedLedgerErrorKind::MetadataSessionLost, "{e}");
     let e = ml.rollover().await.unwrap_err();
     assert_eq!(e.kind(), ManagedLedgerErrorKind::MetadataSessionLost, "{e}");
+    let e = doomed.delete().await.unwrap_err();
+    assert_eq!(e.kind(), ManagedLedgerErrorKind::MetadataSessionLost, "{e}");
+    assert_eq!(doomed.ledger_ids(), doomed_ledgers, "nothing deleted");
     assert_eq!(session.deferred_trims(), trims + 1);
     assert_eq!(ml.ledger_ids(), ledgers);
     assert_eq!(session.losses(), 1);
@@ -152,6 +161,7 @@ async fn trims_wait_out_the_pause_and_resume_after_the_flip() {
     wait_for("the session to come back", || session.is_available()).await;
     let trimmed = ml.trim_consumed_ledgers().await.unwrap();
     assert!(!trimmed.is_empty(), "consumed ledgers are trimmed after it");
+    doomed.delete().await.unwrap();
     assert_eq!(session.losses(), 1);
     assert_eq!(session.deferred_trims(), trims + 1);
     // The managed ledger's metadata lives in the target now.

@@ -387,36 +387,6 @@ pub(super) fn write_cleanup_report(out: &mut dyn Write, r: &CleanupReportDoc) ->
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats_epoch_millis_as_utc() {
-        assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_millis(1_714_564_800_123), "2024-05-01T12:00:00.123Z");
-        assert_eq!(format_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
-
-    #[test]
-    fn table_columns_are_aligned_without_trailing_spaces() {
-        let mut out = Vec::new();
-        write_table(
-            &mut out,
-            &["A", "BB"],
-            &[
-                vec!["long".into(), "x".into()],
-                vec!["s".into(), "yy".into()],
-            ],
-        )
-        .unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "A     BB\nlong  x\ns     yy\n"
-        );
-    }
-}
-
 /// A metadata migration's status as `label  value` fields.
 pub(super) fn write_migration(out: &mut dyn Write, m: &MigrationStatusDoc) -> io::Result<()> {
     let mut fields = vec![
@@ -449,4 +419,34 @@ pub(super) fn write_migration(out: &mut dyn Write, m: &MigrationStatusDoc) -> io
         fields.push(("this node's writes paused", yes_no(m.writes_paused)));
     }
     write_fields(out, &fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_epoch_millis_as_utc() {
+        assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_millis(1_714_564_800_123), "2024-05-01T12:00:00.123Z");
+        assert_eq!(format_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn table_columns_are_aligned_without_trailing_spaces() {
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &["A", "BB"],
+            &[
+                vec!["long".into(), "x".into()],
+                vec!["s".into(), "yy".into()],
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "A     BB\nlong  x\ns     yy\n"
+        );
+    }
 }

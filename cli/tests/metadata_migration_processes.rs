@@ -1,0 +1,228 @@
+//! Moving the metadata store of running processes (PIP-454): three
+//! `bookie-switch serve` processes on a real ZooKeeper, each owning a topic
+//! under live traffic (`--rate`), are moved to a real etcd with
+//! `bookie-clusters metadata-migration start`. The migration COMPLETES, every
+//! node then uses the etcd store, the topics' metadata is in etcd, and on
+//! SIGTERM every process reports 0 publish failures and 0 gaps.
+//!
+//! Needs the `etcd` feature (`cargo test -p bkswitch-cli --features etcd
+//! --test metadata_migration_processes`).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bkswitch_admin::AdminClient;
+use bkswitch_cli::cli::{run, Cli};
+use bkswitch_etcd_harness::{unique_prefix, EtcdCluster};
+use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, MetadataStore};
+use clap::Parser;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
+const ADMIN: &str = "migration-admin-token";
+
+fn topic(node: usize) -> String {
+    format!("tenant/ns/persistent/moved-n{node}")
+}
+
+/// Starts node `node` of `bookie-switch serve` on `metadata` with traffic
+/// on its topic, its stderr into `log`; returns it with its base URL once its
+/// REST API answers.
+async fn serve(node: usize, metadata: &str, log: &std::path::Path) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("address")
+        .port();
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--node-id",
+            &format!("node-{node}"),
+            "--metadata-store",
+            metadata,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--bookkeeper-uri",
+            "memory://old",
+            "--cluster-name",
+            "old",
+            "--topics",
+            &topic(node),
+            "--rate",
+            "40",
+        ])
+        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
+        .env("BKSWITCH_INTERNAL_TOKEN", "migration-internal-token")
+        .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
+        .spawn()
+        .expect("start serve");
+    let url = format!("http://127.0.0.1:{port}");
+    let admin = AdminClient::new(&url, ADMIN).expect("client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin.status().await.is_err() {
+        if let Some(code) = child.try_wait().expect("wait") {
+            panic!(
+                "serve exited {code}: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "serve did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (child, url)
+}
+
+/// Stops `child` with SIGTERM and returns its log.
+fn stop(mut child: Child, log: &std::path::Path) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let code = child.wait().expect("wait");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(code.success(), "serve exited {code}: {text}");
+    text
+}
+
+/// `(published, failures, gaps)` of the `traffic: …` line of `log`.
+fn traffic(log: &str) -> (u64, u64, u64) {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("traffic: "))
+        .unwrap_or_else(|| panic!("no traffic summary:\n{log}"));
+    let n = |word: &str| -> u64 {
+        line.split(word)
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .trim_end_matches(',')
+            .parse()
+            .unwrap()
+    };
+    (n(" published"), n(" publish failures"), n(" gaps"))
+}
+
+async fn cli(url: &str, args: &[&str]) -> Result<String, String> {
+    let mut argv = vec!["bookie-clusters", "--url", url, "--token", ADMIN];
+    argv.extend_from_slice(args);
+    let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    match run(parsed, &mut out).await {
+        Ok(()) => Ok(String::from_utf8(out).unwrap()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
+    bkswitch_zk_harness::require_zk();
+    let zk = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let etcd = tokio::task::block_in_place(|| EtcdCluster::start(1));
+    let target = etcd.url(&unique_prefix());
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for node in 0..3 {
+        let log = dir.path().join(format!("serve-{node}.log"));
+        let (child, url) = serve(node, &zk, &log).await;
+        nodes.push((child, url, log));
+    }
+    let logs = |nodes: &[(Child, String, std::path::PathBuf)]| -> String {
+        nodes
+            .iter()
+            .map(|(_, _, log)| std::fs::read_to_string(log).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    // Traffic runs for a while on ZooKeeper first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let url0 = nodes[0].1.clone();
+    let out = cli(
+        &url0,
+        &["metadata-migration", "start", "--target-url", &target],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start refused: {e}\n{}", logs(&nodes)));
+    assert!(out.contains("started"), "{out}");
+
+    // The leader runs it to the end.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = cli(&url0, &["--json", "metadata-migration", "status"])
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        match doc["phase"].as_str().unwrap() {
+            "COMPLETED" => {
+                assert!(doc["nodesCopied"].as_u64().unwrap() > 0, "{doc}");
+                break;
+            }
+            "FAILED" | "ABORTED" => panic!("{doc}\n{}", logs(&nodes)),
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not completed: {doc}\n{}",
+            logs(&nodes)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every node follows to etcd.
+    for (_, url, _) in &nodes {
+        let admin = AdminClient::new(url, ADMIN).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let doc = admin.migration_status().await.unwrap();
+            if doc.node_store_url.as_deref() == Some(target.as_str()) {
+                assert_eq!(doc.phase, "COMPLETED");
+                assert!(!doc.writes_paused);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{url} still uses {:?}\n{}",
+                doc.node_store_url,
+                logs(&nodes)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let text = cli(&url0, &["metadata-migration", "status"]).await.unwrap();
+    assert!(
+        text.contains("COMPLETED") && text.contains(&target),
+        "{text}"
+    );
+    // Traffic goes on, on etcd.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    for (child, _, log) in nodes {
+        let text = stop(child, &log);
+        let (published, failures, gaps) = traffic(&text);
+        assert!(published > 0, "{text}");
+        assert_eq!((failures, gaps), (0, 0), "{text}");
+    }
+
+    // The topics' metadata, the registry and the election are in etcd now.
+    let store = EtcdStore::connect(&target, EtcdStoreOptions::default())
+        .await
+        .expect("a session on the target");
+    let mut topics = store
+        .children("/managed-ledgers/tenant/ns/persistent")
+        .await
+        .unwrap();
+    topics.sort();
+    assert_eq!(topics, ["moved-n0", "moved-n1", "moved-n2"]);
+    assert!(store
+        .exists("/admin/bookie-clusters/old")
+        .await
+        .unwrap()
+        .is_some());
+    store.close().await.unwrap();
+}
