@@ -348,9 +348,16 @@ pub(crate) async fn coordinate_migrations(node: WeakNode, mut stop: watch::Recei
         let node_id = n.node_id().to_owned();
         drop(n);
         if leads {
-            if let Err(e) = run_while_leading(&node, &h, &stop).await {
-                tracing::warn!(node = %node_id, error = %e,
-                    "running the metadata migration; resumed from its record");
+            match run_while_leading(&node, &h, &stop).await {
+                Ok(()) => {}
+                // Aborted by an operator, or another coordinator took over:
+                // the next look at the record decides.
+                Err(e) if e.kind() == ErrorKind::BadVersion => {
+                    tracing::info!(node = %node_id, error = %e,
+                        "the metadata migration's record changed under this coordinator");
+                }
+                Err(e) => tracing::warn!(node = %node_id, error = %e,
+                    "running the metadata migration; resumed from its record"),
             }
         }
         tokio::select! {
