@@ -419,15 +419,6 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
             return ExitCode::from(2);
         }
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            eprintln!(
-                "bookie-switch {command}: node id `{}` is in use by a live node (its \
-                 metadata-migration participant is registered in {}); give every node a \
-                 unique id (--node-id / bkswitchNodeId), or stop that node first",
-                s.node_id, s.metadata_store
-            );
-            return ExitCode::FAILURE;
-        }
         Err(e) => {
             eprintln!(
                 "bookie-switch {command}: cannot connect to {}: {e}",
@@ -535,18 +526,25 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The node's metadata store behind its migration participant (named after
-/// the node): `zk://…` and `etcd://…` (per the build's features) through the
-/// URL opener, which also opens the targets of migrations; `memory` (a store
-/// of this process only) wrapped as it is.
+/// The node's metadata store behind its migration participant: `zk://…` and
+/// `etcd://…` (per the build's features) through the URL opener, which also
+/// opens the targets of migrations; `memory` (a store of this process only)
+/// wrapped as it is. The participant is named after the node and this
+/// process (`<node id>-<pid>-<start ms>`): a node restarted before its
+/// previous session expired starts (the node-id registration decides whether
+/// the id is taken), and the previous participant node goes with its session.
 async fn open_participant(
     url: &str,
     node_id: &str,
     timeouts: StoreTimeouts,
 ) -> bkswitch_metadata_store::Result<MigratingStore> {
     let opener = Arc::new(UrlOpener { timeouts });
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
     let options = ParticipantOptions {
-        name: node_id.to_owned(),
+        name: format!("{node_id}-{}-{started_ms}", std::process::id()),
         ..ParticipantOptions::default()
     };
     if url == "memory" {
