@@ -6,8 +6,14 @@
 //! SIGTERM every process reports 0 publish failures and 0 gaps. A node
 //! restarted with the ZooKeeper URL follows the recorded target to etcd.
 //!
+//! The leader of the coordinator election killed (SIGKILL) while it copies:
+//! once its session expired the next leader finishes the migration from the
+//! record, and the survivors report 0 publish failures and 0 gaps.
+//!
 //! Needs the `etcd` feature (`cargo test -p bkswitch-cli --features etcd
 //! --test metadata_migration_processes`).
+
+mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +35,16 @@ fn topic(node: usize) -> String {
 /// on its topic, its stderr into `log`; returns it with its base URL once its
 /// REST API answers.
 async fn serve(node: usize, metadata: &str, log: &std::path::Path) -> (Child, String) {
+    serve_with(node, metadata, log, &[]).await
+}
+
+/// [`serve`] with `extra` flags.
+async fn serve_with(
+    node: usize,
+    metadata: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> (Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")
         .local_addr()
@@ -52,6 +68,7 @@ async fn serve(node: usize, metadata: &str, log: &std::path::Path) -> (Child, St
             "--rate",
             "40",
         ])
+        .args(extra)
         .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
         .env("BKSWITCH_INTERNAL_TOKEN", "migration-internal-token")
         .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
@@ -247,4 +264,156 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
         .unwrap()
         .is_some());
     store.close().await.unwrap();
+}
+
+/// Whether the node at `url` leads the coordinator election (its `/metrics`).
+async fn leads(url: &str) -> bool {
+    let (status, body) = common::raw("GET", &format!("{url}/metrics"), None, None).await;
+    status == 200
+        && body
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == "bkswitch_coordinator_leader 1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
+    bkswitch_zk_harness::require_zk();
+    let zk = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    // Enough metadata for a copy of many small steps.
+    let seed = bkswitch_metadata_store::open_store(&zk, Default::default())
+        .await
+        .unwrap();
+    for i in 0..300 {
+        seed.put(
+            &format!("/seed/n{i:03}"),
+            b"v",
+            bkswitch_metadata_store::ExpectedVersion::Any,
+        )
+        .await
+        .unwrap();
+    }
+    seed.close().await.unwrap();
+    let etcd = tokio::task::block_in_place(|| EtcdCluster::start(1));
+    let target = etcd.url(&unique_prefix());
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--metadata-store-session-timeout-ms",
+        "4000",
+        "--metadata-migration-page-size",
+        "10",
+        "--metadata-migration-step-interval-ms",
+        "100",
+    ];
+    let mut nodes = Vec::new();
+    for node in 0..3 {
+        let log = dir.path().join(format!("serve-{node}.log"));
+        let (child, url) = serve_with(node, &zk, &log, &flags).await;
+        nodes.push((child, url, log));
+    }
+    let logs = |nodes: &[(Child, String, std::path::PathBuf)]| -> String {
+        nodes
+            .iter()
+            .map(|(_, _, log)| std::fs::read_to_string(log).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        let mut found = None;
+        for (i, (_, url, _)) in nodes.iter().enumerate() {
+            if leads(url).await {
+                found = Some(i);
+            }
+        }
+        if let Some(i) = found {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no leader\n{}", logs(&nodes));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let other = (leader + 1) % 3;
+    let other_url = nodes[other].1.clone();
+    cli(
+        &other_url,
+        &["metadata-migration", "start", "--target-url", &target],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start refused: {e}\n{}", logs(&nodes)));
+
+    // Kill the leader while it copies.
+    let status = |url: String| async move {
+        let out = cli(&url, &["--json", "metadata-migration", "status"])
+            .await
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let doc = status(other_url.clone()).await;
+        if doc["phase"] == "COPYING" && doc["nodesCopied"].as_u64().unwrap() >= 50 {
+            break;
+        }
+        assert_ne!(doc["phase"], "COMPLETED", "copied too fast to kill: {doc}");
+        assert!(Instant::now() < deadline, "{doc}\n{}", logs(&nodes));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (mut killed, _, _) = nodes.remove(leader);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+
+    // The next leader (once the dead session expired) finishes it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let doc = loop {
+        let doc = status(other_url.clone()).await;
+        match doc["phase"].as_str().unwrap() {
+            "COMPLETED" => break doc,
+            "FAILED" | "ABORTED" => panic!("{doc}\n{}", logs(&nodes)),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "{doc}\n{}", logs(&nodes));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(doc["nodesCopied"].as_u64().unwrap() >= 300, "{doc}");
+    let mut led = false;
+    for (_, url, _) in &nodes {
+        led |= leads(url).await;
+        let admin = AdminClient::new(url, ADMIN).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while admin
+            .migration_status()
+            .await
+            .unwrap()
+            .node_store_url
+            .as_deref()
+            != Some(target.as_str())
+        {
+            assert!(Instant::now() < deadline, "{url}\n{}", logs(&nodes));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(led, "a survivor leads");
+    assert!(
+        nodes.iter().any(|(_, _, log)| std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("this node leads: running the metadata migration")),
+        "a survivor took the migration over\n{}",
+        logs(&nodes)
+    );
+    let store = EtcdStore::connect(&target, EtcdStoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.children("/seed").await.unwrap().len(), 300);
+    store.close().await.unwrap();
+    for (child, _, log) in nodes {
+        let text = stop(child, &log);
+        let (published, failures, gaps) = traffic(&text);
+        assert!(published > 0, "{text}");
+        assert_eq!((failures, gaps), (0, 0), "{text}");
+    }
 }

@@ -202,6 +202,14 @@ struct ServeArgs {
     /// (file key `bookieClusterSwitchSkipIdgenPrecheck`, default false).
     #[arg(long)]
     skip_idgen_precheck: bool,
+    /// Metadata nodes a metadata migration copies per step while this node
+    /// runs it (as the leader of the coordinator election; default 1000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    metadata_migration_page_size: Option<u64>,
+    /// Wait between two steps of a metadata migration this node runs, ms
+    /// (default 0): bounds the load the copy puts on both stores.
+    #[arg(long)]
+    metadata_migration_step_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -470,7 +478,14 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         .with_migration_concurrency(s.migration_concurrency)
         .with_rollback_window(s.rollback_window)
         .with_dual_read_timeout(s.dual_read_timeout);
-    let cfg = cfg.with_migration(MigrationHandle::new(participant.clone()));
+    let mut migration = MigrationHandle::new(participant.clone());
+    if let Some(n) = a.metadata_migration_page_size {
+        migration.coordinator.page_size = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = a.metadata_migration_step_interval_ms {
+        migration.step_interval = Duration::from_millis(ms);
+    }
+    let cfg = cfg.with_migration(migration);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {
