@@ -1,7 +1,8 @@
 //! Moving the metadata store of running processes (PIP-454): three
 //! `bookie-switch serve` processes on a real ZooKeeper, each owning a topic
 //! under live traffic (`--rate`), are moved to a real etcd with
-//! `bookie-clusters metadata-migration start`. The migration COMPLETES, every
+//! `bookie-clusters metadata-migration start`; a dedicated `bookie-switch
+//! coordinator`, the leader, runs it. The migration COMPLETES, every
 //! node then uses the etcd store, the topics' metadata is in etcd, and on
 //! SIGTERM every process reports 0 publish failures and 0 gaps. A node
 //! restarted with the ZooKeeper URL follows the recorded target to etcd.
@@ -45,6 +46,36 @@ async fn serve_with(
     log: &std::path::Path,
     extra: &[&str],
 ) -> (Child, String) {
+    let traffic = [
+        "--topics".to_owned(),
+        topic(node),
+        "--rate".into(),
+        "40".into(),
+    ];
+    start(
+        "serve",
+        &format!("node-{node}"),
+        metadata,
+        log,
+        extra,
+        &traffic,
+    )
+    .await
+}
+
+/// Starts `bookie-switch coordinator` (a dedicated coordinator, no topics).
+async fn dedicated_coordinator(metadata: &str, log: &std::path::Path) -> (Child, String) {
+    start("coordinator", "coordinator-1", metadata, log, &[], &[]).await
+}
+
+async fn start(
+    command: &str,
+    node_id: &str,
+    metadata: &str,
+    log: &std::path::Path,
+    extra: &[&str],
+    traffic: &[String],
+) -> (Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")
         .local_addr()
@@ -52,9 +83,9 @@ async fn serve_with(
         .port();
     let mut child = Command::new(BIN)
         .args([
-            "serve",
+            command,
             "--node-id",
-            &format!("node-{node}"),
+            node_id,
             "--metadata-store",
             metadata,
             "--listen",
@@ -63,28 +94,25 @@ async fn serve_with(
             "memory://old",
             "--cluster-name",
             "old",
-            "--topics",
-            &topic(node),
-            "--rate",
-            "40",
         ])
+        .args(traffic)
         .args(extra)
         .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
         .env("BKSWITCH_INTERNAL_TOKEN", "migration-internal-token")
         .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
         .spawn()
-        .expect("start serve");
+        .expect("start bookie-switch");
     let url = format!("http://127.0.0.1:{port}");
     let admin = AdminClient::new(&url, ADMIN).expect("client");
     let deadline = Instant::now() + Duration::from_secs(60);
     while admin.status().await.is_err() {
         if let Some(code) = child.try_wait().expect("wait") {
             panic!(
-                "serve exited {code}: {}",
+                "{command} exited {code}: {}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        assert!(Instant::now() < deadline, "serve did not answer");
+        assert!(Instant::now() < deadline, "{command} did not answer");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     (child, url)
@@ -145,6 +173,15 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     let etcd = tokio::task::block_in_place(|| EtcdCluster::start(1));
     let target = etcd.url(&unique_prefix());
     let dir = tempfile::tempdir().unwrap();
+    // A dedicated coordinator, started first: it leads the election, so it
+    // runs the migration.
+    let coordinator_log = dir.path().join("coordinator.log");
+    let (coordinator, coordinator_url) = dedicated_coordinator(&zk, &coordinator_log).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !leads(&coordinator_url).await {
+        assert!(Instant::now() < deadline, "the coordinator does not lead");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut nodes = Vec::new();
     for node in 0..3 {
         let log = dir.path().join(format!("serve-{node}.log"));
@@ -155,6 +192,9 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
         nodes
             .iter()
             .map(|(_, _, log)| std::fs::read_to_string(log).unwrap_or_default())
+            .chain(std::iter::once(
+                std::fs::read_to_string(&coordinator_log).unwrap_or_default(),
+            ))
             .collect::<Vec<_>>()
             .join("\n----\n")
     };
@@ -226,6 +266,18 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
         assert!(published > 0, "{text}");
         assert_eq!((failures, gaps), (0, 0), "{text}");
     }
+    // The dedicated coordinator ran it, and moved to etcd too.
+    let doc = AdminClient::new(&coordinator_url, ADMIN)
+        .unwrap()
+        .migration_status()
+        .await
+        .unwrap();
+    assert_eq!(doc.node_store_url.as_deref(), Some(target.as_str()));
+    let text = stop(coordinator, &coordinator_log);
+    assert!(
+        text.contains("this node leads: running the metadata migration"),
+        "{text}"
+    );
 
     // A node restarted with its old configuration (the ZooKeeper URL)
     // follows the recorded target, warns, and opens its topic from etcd.
