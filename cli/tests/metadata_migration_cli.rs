@@ -137,7 +137,7 @@ async fn start_status_and_abort_through_the_cli() {
     assert_eq!(e.exit_code(), EXIT_FAILURE);
     let msg = rendered(&e);
     assert!(
-        msg.contains("already ended") || msg.contains("no metadata migration"),
+        msg.contains("already ended") && msg.contains("COMPLETED") && msg.contains("409"),
         "{msg}"
     );
     node.stop().await;

@@ -95,6 +95,14 @@ impl MigrationHandle {
     }
 }
 
+/// The phase as on the wire and in the record (`COPYING`, …).
+fn phase_name(phase: bkswitch_metadata_migration::Phase) -> String {
+    serde_json::to_value(phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{phase:?}"))
+}
+
 /// A switch or canary that has not finished (neither final nor rolled back).
 fn unfinished(st: &SwitchStatus) -> bool {
     !st.phase.is_final() && st.phase != SwitchPhase::RolledBack
@@ -237,13 +245,21 @@ impl Node {
     ) -> Result<MigrationRecord, NodeError> {
         let store = self.migration_store();
         match read_current(store.as_ref()).await? {
+            // After the flip the record stays in the source store: the one
+            // this node followed has ended.
             None => {
-                return Err(NodeError::NoMetadataMigration);
+                return Err(match self.metadata_migration().await? {
+                    Some(rec) => NodeError::MigrationEnded {
+                        id: rec.id,
+                        phase: phase_name(rec.phase),
+                    },
+                    None => NodeError::NoMetadataMigration,
+                });
             }
             Some((rec, _)) if rec.phase.is_terminal() => {
                 return Err(NodeError::MigrationEnded {
                     id: rec.id,
-                    phase: format!("{:?}", rec.phase),
+                    phase: phase_name(rec.phase),
                 });
             }
             Some(_) => {}
@@ -269,7 +285,7 @@ impl Node {
                 return Err(NodeError::MigrationInProgress {
                     refused: what.to_owned(),
                     id: rec.id,
-                    phase: format!("{:?}", rec.phase),
+                    phase: phase_name(rec.phase),
                     target_url: rec.target_url,
                 });
             }
