@@ -24,9 +24,9 @@ use serde_json::Value;
 
 use crate::wire::{
     CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody,
-    NodeStatus, PrecheckResult, PromoteCursorRequest, PromoteCursorResponse, ReadMode,
-    ReadModeRequest, ReadModeResponse, RegisterRequest, RollbackRequest, SwitchRequest,
-    SwitchStatusDoc, BASE_PATH,
+    MigrationStartRequest, MigrationStatusDoc, NodeStatus, PrecheckResult, PromoteCursorRequest,
+    PromoteCursorResponse, ReadMode, ReadModeRequest, ReadModeResponse, RegisterRequest,
+    RollbackRequest, SwitchRequest, SwitchStatusDoc, BASE_PATH, MIGRATION_PATH,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -171,6 +171,8 @@ pub struct AdminClient {
     http: Client<HttpConnector, Full<Bytes>>,
     /// `http://host:port` + [`BASE_PATH`], no trailing slash.
     base: String,
+    /// `http://host:port` (+ the given path prefix), no trailing slash.
+    root: String,
     token: String,
     timeout: Duration,
 }
@@ -225,13 +227,15 @@ impl AdminClient {
             return Err(invalid("it must not have a query"));
         }
         let prefix = uri.path().trim_end_matches('/');
-        let base = format!("http://{authority}{prefix}{BASE_PATH}");
+        let root = format!("http://{authority}{prefix}");
+        let base = format!("{root}{BASE_PATH}");
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Self::DEFAULT_TIMEOUT));
         let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(AdminClient {
             http,
             base,
+            root,
             token: token.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
         })
@@ -481,13 +485,75 @@ impl AdminClient {
         .await
     }
 
+    /// `GET /admin/v2/metadata/migration`: the current metadata migration
+    /// (after the flip, the last one the node saw).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Api`] with 404 when none is recorded; the other
+    /// [`ClientError`]s.
+    pub async fn migration_status(&self) -> Result<MigrationStatusDoc, ClientError> {
+        let url = format!("{}{MIGRATION_PATH}", self.root);
+        self.call_url(Method::GET, url, None).await
+    }
+
+    /// `POST /admin/v2/metadata/migration`: starts moving the metadata store
+    /// to `target_url` (the leader of the coordinator election runs it).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Api`] with 400 for a target that cannot be used (a bad
+    /// URL, the source itself, a non-empty target without `wipe_target`),
+    /// 409 while a migration, a bookie-cluster switch or a canary is
+    /// unfinished; the other [`ClientError`]s.
+    pub async fn start_migration(
+        &self,
+        target_url: &str,
+        wipe_target: bool,
+    ) -> Result<MigrationStatusDoc, ClientError> {
+        let url = format!("{}{MIGRATION_PATH}", self.root);
+        let body = MigrationStartRequest {
+            target_url: target_url.to_owned(),
+            wipe_target,
+        };
+        self.call_url(Method::POST, url, Some(to_body(&body))).await
+    }
+
+    /// `POST /admin/v2/metadata/migration/abort`: aborts the current metadata
+    /// migration (writes resume on the source).
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Api`] with 404 when none is recorded, 409 when it has
+    /// already ended; the other [`ClientError`]s.
+    pub async fn abort_migration(&self) -> Result<MigrationStatusDoc, ClientError> {
+        let url = format!("{}{MIGRATION_PATH}/abort", self.root);
+        self.call_url(Method::POST, url, None).await
+    }
+
     async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
     ) -> Result<T, ClientError> {
-        let (url, status, bytes) = self.send(method, path, body).await?;
+        let (url, is_base) = self.url_of(path);
+        self.decode(self.send_to(method, url, is_base, body).await?)
+    }
+
+    async fn call_url<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: String,
+        body: Option<Bytes>,
+    ) -> Result<T, ClientError> {
+        self.decode(self.send_to(method, url, false, body).await?)
+    }
+
+    fn decode<T: DeserializeOwned>(
+        &self,
+        (url, status, bytes): (String, StatusCode, Bytes),
+    ) -> Result<T, ClientError> {
         if status == StatusCode::NO_CONTENT {
             return Err(ClientError::InvalidResponse {
                 url,
@@ -511,19 +577,35 @@ impl AdminClient {
         self.send(method, path, body).await.map(|_| ())
     }
 
-    /// Sends one request; `Ok` only for a 2xx answer, whose body is returned.
+    /// The URL of `path` under the base path, and whether it is the base.
+    fn url_of(&self, path: &str) -> (String, bool) {
+        if path == "/" {
+            (self.base.clone(), true)
+        } else {
+            (format!("{}{path}", self.base), false)
+        }
+    }
+
+    /// Sends one request under the base path.
     async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
     ) -> Result<(String, StatusCode, Bytes), ClientError> {
-        let url = if path == "/" {
-            self.base.clone()
-        } else {
-            format!("{}{path}", self.base)
-        };
-        let is_base = path == "/";
+        let (url, is_base) = self.url_of(path);
+        self.send_to(method, url, is_base, body).await
+    }
+
+    /// Sends one request to `url`; `Ok` only for a 2xx answer, whose body is
+    /// returned.
+    async fn send_to(
+        &self,
+        method: Method,
+        url: String,
+        is_base: bool,
+        body: Option<Bytes>,
+    ) -> Result<(String, StatusCode, Bytes), ClientError> {
         let invalid_url = |reason: String, source: BoxError| ClientError::InvalidUrl {
             url: url.clone(),
             reason,

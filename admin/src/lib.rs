@@ -20,6 +20,6 @@ pub use client::{AdminClient, ClientError};
 pub use http::exposition;
 pub use http::router as rest_router;
 pub use node::{
-    standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError, Ownership,
-    WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
+    standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
+    Ownership, WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
 };

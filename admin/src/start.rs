@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::metrics::{metered, NodeMetrics};
 use crate::node::duties::{clean_up_by_itself, coordinate, roll_after_switch};
+use crate::node::migration::{coordinate_migrations, follow_pause};
 use crate::node::ownership::NodeOwners;
 use crate::node::registration::{deregister, keep, register, Registration};
 use crate::node::{Node, NodeConfig, NodeError, NodeInner};
@@ -134,6 +135,22 @@ impl Node {
                 duties,
                 stop.clone(),
             )));
+        }
+        if let Some(h) = &inner.config.migration {
+            // The pause of a metadata migration is a lost session to the
+            // managed ledgers: no trim, rollover or deletion in it.
+            tasks.push(tokio::spawn(follow_pause(
+                node_id.clone(),
+                h.participant().paused_watch(),
+                inner.factory.metadata_session(),
+                stop.clone(),
+            )));
+            if h.coordinate {
+                tasks.push(tokio::spawn(coordinate_migrations(
+                    self.downgrade(),
+                    stop.clone(),
+                )));
+            }
         }
         // Also without a dual-read timeout (no automatic cleanup then): the
         // leader takes unfinished canaries over in the same loop.

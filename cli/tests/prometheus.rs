@@ -1,6 +1,8 @@
 //! The metrics, judged by Prometheus itself: Debian's `prometheus` server
 //! scrapes a `bookie-switch serve` process on loopback every 200 ms while a
-//! switch runs, and its HTTP API then finds the switch's counters, the
+//! switch runs (after the node's metadata was moved from memory to a real
+//! ZooKeeper, so the metadata migration's series are there too), and its
+//! HTTP API then finds the switch's counters, the
 //! ledger operations per cluster and the active-cluster change; `promtool
 //! check metrics` accepts the exposition; every query of the Grafana
 //! dashboard (`ops/grafana/bkswitch.json`) returns data, and Prometheus loads
@@ -165,6 +167,27 @@ async fn prometheus_scrapes_a_switch() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // The node's metadata moves from its in-memory store to a real
+    // ZooKeeper first (PIP-454), so that the migration's series are there.
+    bkswitch_zk_harness::require_zk();
+    let zk = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let admin = AdminClient::new(&node_url, ADMIN).unwrap();
+    admin.start_migration(&zk, false).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = admin.migration_status().await.unwrap();
+        if m.phase == "COMPLETED" && m.node_store_url.as_deref() == Some(zk.as_str()) {
+            break;
+        }
+        assert!(!m.is_terminal() || m.phase == "COMPLETED", "{m:?}");
+        assert!(Instant::now() < deadline, "{m:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // The exposition itself: no token needed, and promtool accepts it (the
     // classic text format, served to clients that do not ask for
     // OpenMetrics; Prometheus asks for OpenMetrics and gets it).
@@ -177,6 +200,12 @@ async fn prometheus_scrapes_a_switch() {
         "bkswitch_ledger_op_duration_seconds_bucket{",
         "bkswitch_directives_applied_total",
         "bkswitch_read_mode{mode=",
+        "bkswitch_metadata_migration_phase{phase=\"COMPLETED\"} 1",
+        "bkswitch_metadata_migration_phase{phase=\"PAUSED\"} 0",
+        "bkswitch_metadata_migration_nodes_copied ",
+        "bkswitch_metadata_migration_changes_caught_up ",
+        "bkswitch_metadata_migration_pause_seconds ",
+        "bkswitch_metadata_writes_paused 0",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
@@ -263,8 +292,7 @@ async fn prometheus_scrapes_a_switch() {
     )
     .await;
 
-    // A switch through REST.
-    let admin = AdminClient::new(&node_url, ADMIN).unwrap();
+    // A switch through REST (now on ZooKeeper).
     admin
         .register("new", "memory://new", Some(ClusterStatus::Standby))
         .await
@@ -307,6 +335,11 @@ async fn prometheus_scrapes_a_switch() {
         ("bkswitch_coordinator_duties_total", 1.0),
         ("bkswitch_epoch", 1.0),
         ("bkswitch_switch_phase{phase=\"SWITCHED\"}", 1.0),
+        (
+            "bkswitch_metadata_migration_phase{phase=\"COMPLETED\"}",
+            1.0,
+        ),
+        ("bkswitch_metadata_migration_nodes_copied", 1.0),
         ("bkswitch_switch_ledgers{state=\"built\"}", 2.0),
         ("bkswitch_ledgers_copied_total", 2.0),
         ("bkswitch_copied_entries_total", 1.0),

@@ -219,7 +219,7 @@ pub enum ManagedLedgerError {
         #[source]
         source: MetadataError,
     },
-    /// Risky work (a trim, a forced rollover) was not done because the
+    /// Risky work (a trim, a forced rollover, a delete) was not done because the
     /// metadata store's session is lost (see
     /// [`MetadataSession`](crate::MetadataSession)); nothing changed. Retry
     /// once the session is back.

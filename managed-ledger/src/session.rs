@@ -25,7 +25,9 @@ use crate::ctx::ROOT;
 ///   to the current ledger), and a forced
 ///   [`rollover`](crate::ManagedLedger::rollover) fails the same way;
 /// - does not roll a cursor ledger over when it is full or old (positions go
-///   on to the current cursor ledger).
+///   on to the current cursor ledger);
+/// - is not deleted ([`ManagedLedger::delete`](crate::ManagedLedger::delete)
+///   fails with `MetadataSessionLost`, nothing deleted).
 ///
 /// A ledger that failed is still replaced (there is nothing else to write
 /// to). Work resumes with the next append, persist or trim once the session

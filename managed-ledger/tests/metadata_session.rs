@@ -1,6 +1,7 @@
 //! Metadata session loss pauses risky work (as Pulsar's
 //! `metadataServiceAvailable` does): while the metadata store's session is
-//! lost no ledger is trimmed or rolled over; work resumes when it is back. On
+//! lost no ledger is trimmed, rolled over or deleted; work resumes when it is
+//! back. On
 //! the memory store and on a real ZooKeeper server that is stopped and
 //! started again.
 
@@ -75,6 +76,12 @@ async fn assert_deferred(r: &Ready, session: &MetadataSession, cluster: &MemoryC
     assert_eq!(r.cursor.cursor_ledger_id(), cursor_ledger);
     assert_eq!(r.ml.ledger_ids(), ledgers);
     assert!(cluster.contains_ledger(r.first), "nothing trimmed");
+    // Nor deleted: its ledgers would go while the metadata names them.
+    let e = r.ml.delete().await.unwrap_err();
+    assert_eq!(e.kind(), ManagedLedgerErrorKind::MetadataSessionLost, "{e}");
+    assert!(e.to_string().contains("deleting"), "{e}");
+    assert!(cluster.contains_ledger(r.first), "nothing deleted");
+    assert_eq!(r.ml.ledger_ids(), ledgers);
     assert_eq!(session.deferred_trims(), trims + 1);
     assert!(
         session.deferred_rollovers() >= rollovers + 4,

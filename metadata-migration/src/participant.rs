@@ -75,6 +75,8 @@ struct PState {
     acked: Option<(String, Phase, u64)>,
     ephemerals: BTreeMap<String, Vec<u8>>,
     page_seq: u64,
+    /// The record of the last migration followed to its target.
+    completed: Option<MigrationRecord>,
 }
 
 struct Inner {
@@ -84,6 +86,8 @@ struct Inner {
     state: Mutex<PState>,
     gate: RwLock<()>,
     generation: watch::Sender<u64>,
+    /// `true` while the write gate is closed (mirrors `PState::paused`).
+    paused_tx: watch::Sender<bool>,
     closed: AtomicBool,
     owns_store: bool,
     swaps: AtomicU64,
@@ -171,6 +175,7 @@ impl MigratingStore {
         owns_store: bool,
     ) -> Result<MigratingStore> {
         // Follow completed migrations (a node started with an old URL).
+        let mut followed = None;
         for _ in 0..8 {
             match read_current(store.as_ref()).await? {
                 Some((rec, _)) if rec.phase == Phase::Completed => {
@@ -186,19 +191,25 @@ impl MigratingStore {
                         let _ = store.close().await;
                     }
                     store = next;
-                    url = rec.target_url;
+                    url = rec.target_url.clone();
+                    followed = Some(rec);
                 }
                 _ => break,
             }
         }
         let (generation, _) = watch::channel(0);
+        let (paused_tx, _) = watch::channel(false);
         let inner = Arc::new(Inner {
             current: ArcSwap::from_pointee(Slot { store, url }),
             opener,
             options,
-            state: Mutex::new(PState::default()),
+            state: Mutex::new(PState {
+                completed: followed,
+                ..PState::default()
+            }),
             gate: RwLock::new(()),
             generation,
+            paused_tx,
             closed: AtomicBool::new(false),
             owns_store,
             swaps: AtomicU64::new(0),
@@ -235,6 +246,45 @@ impl MigratingStore {
     /// Whether writes are paused right now.
     pub fn is_paused(&self) -> bool {
         self.inner.state.lock().paused.is_some()
+    }
+
+    /// Follows [`is_paused`](Self::is_paused): the value turns `true` once
+    /// the write gate is closed (after the writes in flight finished) and
+    /// `false` when writes reopen (on the target after the flip, or on the
+    /// source when the migration FAILED or was ABORTED).
+    ///
+    /// An embedder treats the pause like a lost metadata session: a node
+    /// tells its managed ledgers the session is lost while the value is
+    /// `true`, so that no trim, rollover or deletion is attempted in the
+    /// pause (they would be refused with `WritesPaused` anyway).
+    pub fn paused_watch(&self) -> watch::Receiver<bool> {
+        self.inner.paused_tx.subscribe()
+    }
+
+    /// The opener this participant opens targets with: the one a coordinator
+    /// started next to it should use too.
+    pub fn opener(&self) -> Arc<dyn StoreOpener> {
+        self.inner.opener.clone()
+    }
+
+    /// Closes (`Some`) or opens (`None`) the write gate, and tells
+    /// [`paused_watch`](Self::paused_watch).
+    fn set_paused(&self, st: &mut PState, reason: Option<String>) {
+        let paused = reason.is_some();
+        st.paused = reason;
+        self.inner.paused_tx.send_if_modified(|p| {
+            let changed = *p != paused;
+            *p = paused;
+            changed
+        });
+    }
+
+    /// The record of the last migration this participant followed to its
+    /// target (at the flip, or at the start when its URL named a store that
+    /// was migrated away), as it read it: the record stays behind in the
+    /// source store, where the store in use no longer looks.
+    pub fn completed(&self) -> Option<MigrationRecord> {
+        self.inner.state.lock().completed.clone()
     }
 
     /// Paths in the dirty set right now.
@@ -286,7 +336,7 @@ impl MigratingStore {
                 st.tracking = None;
                 st.dirty.clear();
                 st.overflow = false;
-                st.paused = None;
+                self.set_paused(&mut st, None);
                 Ok(())
             }
         }
@@ -318,10 +368,8 @@ impl MigratingStore {
         if rec.phase == Phase::Paused && !self.is_paused() {
             // Wait for the writes in flight, then close the gate.
             let _all = self.inner.gate.write().await;
-            self.inner.state.lock().paused = Some(format!(
-                "migration {} to {} is in its pause",
-                rec.id, rec.target_url
-            ));
+            let reason = format!("migration {} to {} is in its pause", rec.id, rec.target_url);
+            self.set_paused(&mut self.inner.state.lock(), Some(reason));
         }
         let want = (rec.id.clone(), rec.phase, rec.round);
         if self.inner.state.lock().acked.as_ref() == Some(&want) {
@@ -429,8 +477,9 @@ impl MigratingStore {
             st.tracking = None;
             st.dirty.clear();
             st.overflow = false;
-            st.paused = None;
+            self.set_paused(&mut st, None);
             st.acked = None;
+            st.completed = Some(rec.clone());
         }
         tracing::info!(
             "metadata store moved from {} to {} (migration {})",

@@ -621,3 +621,74 @@ async fn sixty_thousand_children() {
     assert_eq!(rec.phase, Phase::Completed);
     assert!(assert_same_tree(&stores.session("src"), &stores.session("dst")).await >= 60_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_watch_follows_the_gate_and_completed_keeps_the_record() {
+    let (stores, opener) = setup(20, 0).await;
+    let p = participant(opener.clone(), "memory://src", "broker-1").await;
+    let mut paused = p.paused_watch();
+    assert!(!*paused.borrow_and_update());
+    assert!(p.completed().is_none());
+    let mut c = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        request("w1"),
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    while c.record().phase != Phase::Paused {
+        c.step().await.expect("step");
+    }
+    // The gate closes: the watch turns true, writes are refused.
+    tokio::time::timeout(Duration::from_secs(10), paused.wait_for(|p| *p))
+        .await
+        .expect("the gate closes")
+        .expect("watch");
+    assert!(p.is_paused());
+    let e = p
+        .put("/during", b"x", ExpectedVersion::Any)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WritesPaused);
+    assert_eq!(c.step().await.expect("flip"), Phase::Completed);
+    // The flip reopens writes on the target; the record is kept.
+    tokio::time::timeout(Duration::from_secs(10), paused.wait_for(|p| !*p))
+        .await
+        .expect("the gate reopens")
+        .expect("watch");
+    wait_swapped(&[&p], "memory://dst").await;
+    let done = p.completed().expect("the followed record");
+    assert_eq!(done.id, "w1");
+    assert_eq!(done.phase, Phase::Completed);
+    p.put("/after", b"x", ExpectedVersion::Any)
+        .await
+        .expect("writes reopen");
+
+    // Abort during the pause reopens writes on the source as well.
+    let (stores, opener) = setup(5, 0).await;
+    let p = participant(opener.clone(), "memory://src", "broker-2").await;
+    let mut paused = p.paused_watch();
+    let mut c = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        request("w2"),
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    while c.record().phase != Phase::Paused {
+        c.step().await.expect("step");
+    }
+    tokio::time::timeout(Duration::from_secs(10), paused.wait_for(|p| *p))
+        .await
+        .expect("the gate closes")
+        .expect("watch");
+    abort(src(&stores).as_ref(), "test").await.expect("abort");
+    tokio::time::timeout(Duration::from_secs(10), paused.wait_for(|p| !*p))
+        .await
+        .expect("the gate reopens after the abort")
+        .expect("watch");
+    assert!(p.completed().is_none());
+    assert_eq!(p.url(), "memory://src");
+}

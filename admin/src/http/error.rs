@@ -171,6 +171,23 @@ impl From<NodeError> for ApiError {
                 let details = serde_json::to_value(usage.as_ref()).unwrap_or_default();
                 ApiError::conflict(e.to_string()).with_details(details)
             }
+            e @ (NodeError::MigrationInProgress { .. }
+            | NodeError::SwitchUnfinished { .. }
+            | NodeError::MigrationEnded { .. }
+            | NodeError::NoMigrationParticipant { .. }) => ApiError::conflict(e.to_string()),
+            e @ NodeError::InvalidMigration { .. } => {
+                ApiError::invalid(Some("targetUrl"), e.to_string())
+            }
+            e @ NodeError::NoMetadataMigration => ApiError::not_found(e.to_string()),
+            NodeError::Metadata(ref m)
+                if m.kind() == bkswitch_metadata_store::ErrorKind::BadVersion =>
+            {
+                ApiError::conflict(format!(
+                    "{e}; the record changed meanwhile (another coordinator or operator): \
+                     read the status and retry"
+                ))
+            }
+            NodeError::Metadata(ref m) if m.is_retryable() => ApiError::unavailable(e.to_string()),
             e @ NodeError::ClusterProbe { .. } => {
                 let msg = e.to_string();
                 if e.is_retryable() {

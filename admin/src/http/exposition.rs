@@ -311,6 +311,16 @@ pub async fn render(node: &Node) -> String {
             );
         }
     }
+    if let Ok(Some(rec)) = node.metadata_migration().await {
+        register_migration(&mut reg, &rec);
+    }
+    if let Some(h) = node.migration() {
+        reg.register(
+            "bkswitch_metadata_writes_paused",
+            "1 while this node's metadata writes are paused by a metadata migration",
+            ConstGauge::new(i64::from(h.participant().is_paused())),
+        );
+    }
     let mut out = String::new();
     if let Err(e) = encode(&mut out, &reg) {
         tracing::warn!(error = %e, "encoding the metrics");
@@ -365,6 +375,50 @@ fn register_copy_progress(reg: &mut Registry, p: &bkswitch_switch_orchestrator::
         "The latest switch's ledger copies: found so far (total), ended (done), \
          failed, in flight (copying)",
         ledgers,
+    );
+}
+
+/// The current (or last seen) metadata migration.
+fn register_migration(reg: &mut Registry, rec: &bkswitch_metadata_migration::MigrationRecord) {
+    use bkswitch_metadata_migration::Phase as M;
+    let phase: Family<PhaseLabels, Gauge> = Family::default();
+    for p in [
+        M::Preparation,
+        M::Copying,
+        M::CatchUp,
+        M::Paused,
+        M::Completed,
+        M::Failed,
+        M::Aborted,
+    ] {
+        let name = serde_json::to_value(p)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        phase
+            .get_or_create(&PhaseLabels { phase: name })
+            .set(i64::from(rec.phase == p));
+    }
+    reg.register(
+        "bkswitch_metadata_migration_phase",
+        "The phase of the current (or last seen) metadata migration (1 for the current one)",
+        phase,
+    );
+    let gauge = |n: u64| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
+    reg.register(
+        "bkswitch_metadata_migration_nodes_copied",
+        "Metadata nodes the migration's copy copied (or found equal)",
+        gauge(rec.copied),
+    );
+    reg.register(
+        "bkswitch_metadata_migration_changes_caught_up",
+        "Changed metadata paths the migration copied again (catch-up rounds and the pause)",
+        gauge(rec.caught_up),
+    );
+    reg.register(
+        "bkswitch_metadata_migration_pause_seconds",
+        "Length of the last metadata migration's write pause, in seconds (set at COMPLETED)",
+        ConstGauge::new(rec.pause_ms as f64 / 1000.0),
     );
 }
 

@@ -11,10 +11,11 @@ use super::error::ApiError;
 use super::extract::{ApiJson, Live};
 use crate::node::Node;
 use crate::wire::{
-    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, PromoteCursorRequest,
-    PromoteCursorResponse, ReadModeRequest, ReadModeResponse, RegisterRequest, SwitchRequest,
-    SwitchStatusDoc, BASE_PATH,
+    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, MigrationStartRequest,
+    MigrationStatusDoc, PromoteCursorRequest, PromoteCursorResponse, ReadModeRequest,
+    ReadModeResponse, RegisterRequest, SwitchRequest, SwitchStatusDoc, BASE_PATH,
 };
+use bkswitch_metadata_migration::MigrationRecord;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -78,6 +79,11 @@ pub(super) async fn switch(
         ));
     }
     checked_name(&body.target).map_err(|e| e.with_field("target"))?;
+    node.refuse_during_migration(&format!(
+        "start a bookie-cluster switch to `{}`",
+        body.target
+    ))
+    .await?;
     let status = node
         .orchestrator()
         .start_switch(&body.target, Some(node.node_id()))
@@ -231,6 +237,11 @@ pub(super) async fn set_override(
     bkswitch_registry::validate_prefix(&body.prefix)
         .map_err(|e| ApiError::invalid(Some("prefix"), e.to_string()))?;
     checked_name(&body.cluster).map_err(|e| e.with_field("cluster"))?;
+    node.refuse_during_migration(&format!(
+        "start the canary of `{}` on `{}`",
+        body.prefix, body.cluster
+    ))
+    .await?;
     let status = node.set_override(&body.prefix, &body.cluster).await?;
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
@@ -242,4 +253,41 @@ pub(super) async fn remove_override(
 ) -> ApiResult<Response> {
     let status = node.remove_override(&body.prefix).await?;
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
+}
+
+/// The status document of `record` as `node` sees it.
+fn migration_doc(node: &Node, record: &MigrationRecord) -> MigrationStatusDoc {
+    let participant = node.migration().map(|h| h.participant());
+    MigrationStatusDoc::new(
+        record,
+        participant.is_some_and(|p| p.is_paused()),
+        participant.map(|p| p.url()),
+    )
+}
+
+/// `GET /admin/v2/metadata/migration`: the current (or, after the flip, the
+/// last seen) migration; 404 when there is none.
+pub(super) async fn migration_status(Live(node): Live) -> ApiResult<Response> {
+    match node.metadata_migration().await? {
+        Some(record) => Ok(Json(migration_doc(&node, &record)).into_response()),
+        None => Err(crate::node::NodeError::NoMetadataMigration.into()),
+    }
+}
+
+/// `POST /admin/v2/metadata/migration`: starts a migration.
+pub(super) async fn start_migration(
+    Live(node): Live,
+    ApiJson(body): ApiJson<MigrationStartRequest>,
+) -> ApiResult<Response> {
+    let record = node
+        .start_metadata_migration(&body.target_url, body.wipe_target)
+        .await?;
+    Ok(Json(migration_doc(&node, &record)).into_response())
+}
+
+/// `POST /admin/v2/metadata/migration/abort`: aborts the current migration.
+pub(super) async fn abort_migration(Live(node): Live) -> ApiResult<Response> {
+    let reason = format!("by an operator through node `{}`", node.node_id());
+    let record = node.abort_metadata_migration(&reason).await?;
+    Ok(Json(migration_doc(&node, &record)).into_response())
 }

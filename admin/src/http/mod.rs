@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::node::Node;
-use crate::wire::{BASE_PATH, MAX_BODY_BYTES, METRICS_PATH};
+use crate::wire::{BASE_PATH, MAX_BODY_BYTES, METRICS_PATH, MIGRATION_PATH};
 use auth::{require_token, Token};
 use handlers::*;
 
@@ -77,6 +77,8 @@ pub fn router(node: &Node) -> Router {
         .route(&p("/close-client/{name}"), post(close_client))
         .route(&p("/overrides"), get(list_overrides).post(set_override))
         .route(&p("/overrides/remove"), post(remove_override))
+        .route(MIGRATION_PATH, get(migration_status).post(start_migration))
+        .route(&format!("{MIGRATION_PATH}/abort"), post(abort_migration))
         .route(
             &p("/{name}"),
             get(get_cluster).post(register).delete(unregister),

@@ -73,6 +73,12 @@ pub struct NodeConfig {
     /// window, the dual-read timeout of the automatic cleanup). The system
     /// clock by default; a test moves a manual clock past the windows.
     pub clock: Arc<dyn Clock>,
+    /// The metadata-migration participant below every metadata user of the
+    /// node (`None`, the default: the node takes no part in migrations and
+    /// behaves as without this crate's migration support). With one,
+    /// [`store`](Self::store) must be the participant itself (or a store on
+    /// top of it): [`with_migration`](Self::with_migration) sets both.
+    pub migration: Option<super::MigrationHandle>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -153,7 +159,16 @@ impl NodeConfig {
             metrics_token: None,
             dedicated_coordinator: false,
             clock: Arc::new(SystemClock),
+            migration: None,
         }
+    }
+
+    /// Puts the node's metadata on `handle`'s participant: [`store`](Self::store)
+    /// becomes the participant and [`migration`](Self::migration) the handle.
+    pub fn with_migration(mut self, handle: super::MigrationHandle) -> NodeConfig {
+        self.store = Arc::new(handle.participant().clone());
+        self.migration = Some(handle);
+        self
     }
 }
 
@@ -292,6 +307,70 @@ pub enum NodeError {
         url: String,
         /// Its registration node.
         path: String,
+    },
+    /// A metadata migration was asked of a node started without a
+    /// migration participant.
+    #[error(
+        "node `{node}` was started without a metadata-migration participant, so it cannot \
+         start a metadata migration; send the request to a node started by `bookie-switch \
+         serve` or `coordinator` (they all have one)"
+    )]
+    NoMigrationParticipant {
+        /// The node.
+        node: String,
+    },
+    /// `refused` was asked while a metadata migration is unfinished.
+    #[error(
+        "cannot {refused}: metadata migration `{id}` to {target_url} is unfinished (phase \
+         {phase}); wait until it COMPLETES or abort it (`bookie-clusters metadata-migration \
+         abort`) first. Nothing was written"
+    )]
+    MigrationInProgress {
+        /// What was refused.
+        refused: String,
+        /// The migration.
+        id: String,
+        /// Its phase.
+        phase: String,
+        /// Its target.
+        target_url: String,
+    },
+    /// A metadata migration was asked while a bookie-cluster switch or a
+    /// canary is unfinished.
+    #[error(
+        "cannot start a metadata migration: {switch} to `{target}` is unfinished (phase \
+         {phase}); finish it (cleanup until DONE) or roll it back first. Nothing was written"
+    )]
+    SwitchUnfinished {
+        /// The switch or canary, named.
+        switch: String,
+        /// Its target cluster.
+        target: String,
+        /// Its phase.
+        phase: String,
+    },
+    /// The migration's target cannot be used.
+    #[error("cannot start a metadata migration to `{target_url}`: {reason}")]
+    InvalidMigration {
+        /// The target URL as given.
+        target_url: String,
+        /// Why (the store's message: a bad URL, the source itself, a
+        /// non-empty target without `wipeTarget`).
+        reason: String,
+    },
+    /// No metadata migration is recorded.
+    #[error(
+        "no metadata migration is recorded; start one with `bookie-clusters metadata-migration \
+         start --target-url URL`"
+    )]
+    NoMetadataMigration,
+    /// The metadata migration has already ended.
+    #[error("metadata migration `{id}` has already ended ({phase}); nothing to abort")]
+    MigrationEnded {
+        /// The migration.
+        id: String,
+        /// Its final phase.
+        phase: String,
     },
     /// The cluster still holds recorded ledgers.
     #[error(

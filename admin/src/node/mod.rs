@@ -26,6 +26,7 @@
 
 mod config;
 pub(crate) mod duties;
+pub(crate) mod migration;
 pub(crate) mod ownership;
 pub(crate) mod registration;
 
@@ -48,6 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{standard_client_factory, standard_idgen_source, NodeConfig, NodeError};
+pub use migration::MigrationHandle;
 
 /// How long [`Node::probe_cluster`] waits for a cluster's client to start.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);

@@ -36,6 +36,7 @@
 mod cleanup;
 mod error;
 mod json;
+mod migration;
 mod promote;
 mod requests;
 mod status;
@@ -45,6 +46,7 @@ pub use bkswitch_registry::{ClusterRecord, ClusterStatus, PrecheckResult, Switch
 pub use bkswitch_switch_orchestrator::{CleanupTarget, Counts, LedgerKind, Phase};
 pub use cleanup::{CleanupFailure, CleanupReportDoc, CleanupTargets};
 pub use error::ErrorBody;
+pub use migration::{MigrationStartRequest, MigrationStatusDoc, MIGRATION_PATH};
 pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
 pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,

@@ -6,13 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_admin::wire::BASE_PATH;
-use bkswitch_admin::{standard_client_factory, standard_idgen_source, Node, NodeConfig, NodeError};
+use bkswitch_admin::{
+    standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
+};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_bookkeeper::ClientConfig;
 use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
 use bkswitch_cli::settings::ServeSettings;
 use bkswitch_cli::{TopicHandle, Traffic};
 use bkswitch_managed_ledger::InitialPosition;
+use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, UrlOpener};
 use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
 use clap::{Args, Parser, Subcommand};
 
@@ -199,6 +202,14 @@ struct ServeArgs {
     /// (file key `bookieClusterSwitchSkipIdgenPrecheck`, default false).
     #[arg(long)]
     skip_idgen_precheck: bool,
+    /// Metadata nodes a metadata migration copies per step while this node
+    /// runs it (as the leader of the coordinator election; default 1000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    metadata_migration_page_size: Option<u64>,
+    /// Wait between two steps of a metadata migration this node runs, ms
+    /// (default 0): bounds the load the copy puts on both stores.
+    #[arg(long)]
+    metadata_migration_step_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -407,8 +418,11 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         session: s.session_timeout,
         ..StoreTimeouts::default()
     };
-    let store: Arc<dyn MetadataStore> = match open_store(&s.metadata_store, timeouts).await {
-        Ok(st) => st,
+    // Every metadata user of the node goes through the migration
+    // participant, so that the store can be moved under live traffic
+    // (`bookie-clusters metadata-migration start`).
+    let participant = match open_participant(&s.metadata_store, &s.node_id, timeouts).await {
+        Ok(p) => p,
         Err(e) if e.kind() == ErrorKind::InvalidArgument => {
             eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
             return ExitCode::from(2);
@@ -421,6 +435,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let store: Arc<dyn MetadataStore> = Arc::new(participant.clone());
     // The i-th in-memory cluster hands out ledger ids from i × 10^9: a real
     // new cluster's id generator is advanced by the operator before a switch
     // (the idgen precheck checks it); here it is done once at start.
@@ -463,10 +478,19 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         .with_migration_concurrency(s.migration_concurrency)
         .with_rollback_window(s.rollback_window)
         .with_dual_read_timeout(s.dual_read_timeout);
+    let mut migration = MigrationHandle::new(participant.clone());
+    if let Some(n) = a.metadata_migration_page_size {
+        migration.coordinator.page_size = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = a.metadata_migration_step_interval_ms {
+        migration.step_interval = Duration::from_millis(ms);
+    }
+    let cfg = cfg.with_migration(migration);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {
             eprintln!("bookie-switch {command}: {e}");
+            let _ = participant.close().await;
             return ExitCode::FAILURE;
         }
     };
@@ -489,6 +513,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             Err(e) => {
                 eprintln!("bookie-switch {command}: cannot open topic '{t}': {e}");
                 node.stop().await;
+                let _ = participant.close().await;
                 return ExitCode::FAILURE;
             }
         }
@@ -511,5 +536,36 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         );
     }
     node.stop().await;
+    // Leaves the migration cleanly (publishes what it wrote, unregisters).
+    let _ = participant.close().await;
     ExitCode::SUCCESS
+}
+
+/// The node's metadata store behind its migration participant: `zk://…` and
+/// `etcd://…` (per the build's features) through the URL opener, which also
+/// opens the targets of migrations; `memory` (a store of this process only)
+/// wrapped as it is. The participant is named after the node and this
+/// process (`<node id>-<pid>-<start ms>`): a node restarted before its
+/// previous session expired starts (the node-id registration decides whether
+/// the id is taken), and the previous participant node goes with its session.
+async fn open_participant(
+    url: &str,
+    node_id: &str,
+    timeouts: StoreTimeouts,
+) -> bkswitch_metadata_store::Result<MigratingStore> {
+    let opener = Arc::new(UrlOpener { timeouts });
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let options = ParticipantOptions {
+        name: format!("{node_id}-{}-{started_ms}", std::process::id()),
+        ..ParticipantOptions::default()
+    };
+    if url == "memory" {
+        let store = open_store(url, timeouts).await?;
+        MigratingStore::wrap(store, url, opener, options).await
+    } else {
+        MigratingStore::open(url, opener, options).await
+    }
 }

@@ -189,4 +189,28 @@ pub enum Command {
     },
     /// Roll the current switch back (inside the rollback window).
     Rollback,
+    /// Move the metadata store to another backend under live traffic
+    /// (PIP-454), as `pulsar-admin metadata-migration`.
+    #[command(subcommand)]
+    MetadataMigration(MigrationCommand),
+}
+
+/// The `metadata-migration` verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum MigrationCommand {
+    /// Start moving the metadata store to another one (it must be empty);
+    /// the leader of the coordinator election runs the migration.
+    Start {
+        /// The store to move to, `zk://host:port[/chroot]` or
+        /// `etcd://host:port[/prefix]`.
+        #[arg(long)]
+        target_url: String,
+        /// Delete everything in a non-empty target first.
+        #[arg(long)]
+        wipe_target: bool,
+    },
+    /// Show the current (or, after it ended, the last) metadata migration.
+    Status,
+    /// Abort the current metadata migration: writes resume on the source.
+    Abort,
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::args::{Command, ReadModeArg, StatusArg};
+use super::args::{Command, MigrationCommand, ReadModeArg, StatusArg};
 use super::error::CliError;
 use super::render::{
-    print_json, write_cleanup_report, write_cleanup_targets, write_clusters, write_node_status,
-    write_precheck, write_switch,
+    print_json, write_cleanup_report, write_cleanup_targets, write_clusters, write_migration,
+    write_node_status, write_precheck, write_switch,
 };
 use super::watch::watch_status;
 use bkswitch_admin::wire::CleanupRequest;
@@ -116,7 +116,37 @@ pub(super) async fn execute(
         }
         Command::CloseClient { name } => close_client(client, &name, out, json).await,
         Command::Rollback => rollback(client, out, json).await,
+        Command::MetadataMigration(verb) => migration(client, verb, out, json).await,
     }
+}
+
+async fn migration(
+    client: &AdminClient,
+    verb: MigrationCommand,
+    out: &mut dyn Write,
+    json: bool,
+) -> Result {
+    let (doc, headline) = match verb {
+        MigrationCommand::Start {
+            target_url,
+            wipe_target,
+        } => {
+            let doc = client.start_migration(&target_url, wipe_target).await?;
+            let line = format!("metadata migration to '{target_url}' started");
+            (doc, Some(line))
+        }
+        MigrationCommand::Status => (client.migration_status().await?, None),
+        MigrationCommand::Abort => (
+            client.abort_migration().await?,
+            Some("metadata migration aborted; writes go on in the source store".to_owned()),
+        ),
+    };
+    answer(out, json, &doc, |out| {
+        if let Some(line) = headline {
+            writeln!(out, "{line}")?;
+        }
+        write_migration(out, &doc)
+    })
 }
 
 async fn list(client: &AdminClient, out: &mut dyn Write, json: bool) -> Result {

@@ -23,7 +23,7 @@ mod watch;
 use std::io::Write;
 use std::time::Duration;
 
-pub use args::{Cli, Command, ReadModeArg, StatusArg};
+pub use args::{Cli, Command, MigrationCommand, ReadModeArg, StatusArg};
 pub use error::{write_error, CliError, EXIT_FAILURE, EXIT_NOT_INSTALLED};
 pub use watch::MAX_WATCH_ERRORS;
 

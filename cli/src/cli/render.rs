@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::progress::{build_progress, promote_progress};
 use bkswitch_admin::wire::{
     CleanupReportDoc, CleanupTarget, CleanupTargets, ClusterRecord, ClusterStatus, CopyProgressDoc,
-    NodeStatus, PrecheckResult, SwitchStatusDoc,
+    MigrationStatusDoc, NodeStatus, PrecheckResult, SwitchStatusDoc,
 };
 use indicatif::{HumanBytes, HumanCount};
 
@@ -385,6 +385,40 @@ pub(super) fn write_cleanup_report(out: &mut dyn Write, r: &CleanupReportDoc) ->
         write_table(out, &["LEDGER", "REASON"], &rows)?;
     }
     Ok(())
+}
+
+/// A metadata migration's status as `label  value` fields.
+pub(super) fn write_migration(out: &mut dyn Write, m: &MigrationStatusDoc) -> io::Result<()> {
+    let mut fields = vec![
+        ("migration", m.id.clone()),
+        ("phase", m.phase.clone()),
+        ("source", m.source_url.clone()),
+        ("target", m.target_url.clone()),
+        ("round", m.round.to_string()),
+        ("nodes copied", HumanCount(m.nodes_copied).to_string()),
+        (
+            "changes caught up",
+            HumanCount(m.changes_caught_up).to_string(),
+        ),
+        ("re-scans", m.rescans.to_string()),
+        ("verified", yes_no(m.verified)),
+    ];
+    if m.phase == "COMPLETED" {
+        fields.push((
+            "pause",
+            format!("{} ms over {} nodes", m.pause_ms, m.pause_nodes),
+        ));
+    }
+    if let Some(e) = &m.error {
+        fields.push(("error", e.clone()));
+    }
+    fields.push(("started", format_millis(m.created_ms)));
+    fields.push(("updated", format_millis(m.updated_ms)));
+    if let Some(url) = &m.node_store_url {
+        fields.push(("this node uses", url.clone()));
+        fields.push(("this node's writes paused", yes_no(m.writes_paused)));
+    }
+    write_fields(out, &fields)
 }
 
 #[cfg(test)]

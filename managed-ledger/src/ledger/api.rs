@@ -162,7 +162,10 @@ impl ManagedLedger {
     ///
     /// [`ManagedLedgerError::Fenced`] when the metadata changed under this owner;
     /// client, store and hook errors (a failed ledger delete stops the deletion
-    /// before the metadata is removed, so it can be retried).
+    /// before the metadata is removed, so it can be retried);
+    /// [`ManagedLedgerError::MetadataSessionLost`] (retryable, nothing done)
+    /// while the metadata store's session is lost (the ledgers would be
+    /// deleted while the metadata still names them).
     pub async fn delete(&self) -> Result<()> {
         self.inner.delete().await
     }

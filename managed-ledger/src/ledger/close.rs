@@ -76,6 +76,15 @@ impl MlInner {
 
     /// Deletes (see [`ManagedLedger::delete`](super::ManagedLedger::delete)).
     pub(super) async fn delete(&self) -> Result<()> {
+        // Its ledgers would be gone while the metadata still names them.
+        if !self.ctx.session.is_available() {
+            tracing::info!(managed_ledger = %self.ctx.name,
+                "delete refused: the metadata session is lost");
+            return Err(ManagedLedgerError::MetadataSessionLost {
+                name: self.ctx.name.clone(),
+                deferred: "deleting the managed ledger",
+            });
+        }
         let mut w = self.writer.lock().await;
         if let Some(mut c) = w.current.take() {
             if let Some(f) = c.last_add.take() {
