@@ -19,6 +19,12 @@ use crate::error::Result;
 use crate::model::{LedgerKind, SwitchLedgerRecord, SwitchLedgerState};
 use crate::scan::{decode_cursor, Found};
 
+/// Copies of one ledger tried in one BUILD when they fail with a retryable
+/// error, before the ledger is recorded FAILED (a later switch moves it).
+const COPY_ATTEMPTS: u32 = 3;
+/// Pause before the second copy; doubled before each further one.
+const COPY_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Whether the target's copy of a cursor ledger holds every entry of the
 /// sealed source ledger ([`Orchestrator::refresh_copy`]).
 pub(super) enum CopyCheck {
@@ -150,6 +156,21 @@ impl Orchestrator {
                     ),
                 });
             }
+        }
+        // A retryable failure (a read or write that timed out, a cluster
+        // unreachable for a moment) is tried again before the ledger is
+        // recorded FAILED: a failed copy deleted the partial ledger it made.
+        let mut attempt = 1;
+        while let Err(e) = &result {
+            if !e.is_retryable() || attempt >= COPY_ATTEMPTS {
+                break;
+            }
+            let pause = COPY_RETRY_PAUSE * (1 << (attempt - 1));
+            tracing::info!(ledger_id, attempt, error = %e, ?pause,
+                "retryable copy failure; copying again");
+            tokio::time::sleep(pause).await;
+            attempt += 1;
+            result = copy_ledger_preserving_ids(ledger_id, src, dst, &opts).await;
         }
         tracker.end(&result);
         if let Ok(report) = &result {
