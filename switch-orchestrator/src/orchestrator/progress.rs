@@ -81,7 +81,7 @@ impl Orchestrator {
     /// # Errors
     ///
     /// [`OrchestratorError::NoSuchSwitch`](crate::OrchestratorError::NoSuchSwitch),
-    /// [`OrchestratorError::Corrupt`](crate::OrchestratorError::Corrupt),
+    /// [`OrchestratorError::CorruptRecord`](crate::OrchestratorError::CorruptRecord),
     /// [`OrchestratorError::Metadata`](crate::OrchestratorError::Metadata).
     pub async fn copy_progress(&self, switch_id: &str) -> Result<Option<BuildProgress>> {
         if let Some(p) = self.live_copy_progress(switch_id) {
