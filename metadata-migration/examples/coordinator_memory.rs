@@ -11,8 +11,8 @@
 //! Run (figures in `bench/RESULTS.md`):
 //!
 //! ```text
-//! cargo run --release -p bkswitch-metadata-migration --example coordinator_memory -- 10000
-//! cargo run --release -p bkswitch-metadata-migration --example coordinator_memory -- 100000
+//! cargo run -p bkswitch-metadata-migration --example coordinator_memory -- 10000
+//! cargo run -p bkswitch-metadata-migration --example coordinator_memory -- 100000
 //! ```
 
 #![allow(unsafe_code)]
