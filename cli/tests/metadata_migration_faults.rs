@@ -62,6 +62,16 @@ struct Proc {
     log: PathBuf,
 }
 
+/// A failed test leaves no process behind.
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Starts `bookie-switch serve` as `node-<node>` on `metadata`, with traffic
 /// on `topic`, `extra` flags, its stderr into `log`; returns once its REST
 /// API answers.
