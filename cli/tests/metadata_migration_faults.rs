@@ -731,7 +731,9 @@ async fn a_parent_with_10_000_children_moves_under_traffic() {
 /// Outside CI (`scripts/migration-large.sh`; the time is in
 /// `bench/RESULTS.md`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "60,000 children: minutes; run by scripts/migration-large.sh"]
+#[ignore = "60,000 children: does not finish in 600 s yet (the parent's sequential counter \
+            is carried one write pair per suffix, docs/RELIABILITY.md known limits); run by \
+            scripts/migration-large.sh"]
 async fn a_parent_with_60_000_children_moves_under_traffic() {
     let _one = SERIAL.lock().await;
     big_parent(60_000).await;
