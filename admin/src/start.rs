@@ -101,6 +101,7 @@ impl Node {
                 url,
                 registration,
                 promotions_served: AtomicU64::new(0),
+                topic_loads: AtomicU64::new(0),
                 metrics,
                 tasks: parking_lot::Mutex::new(Vec::new()),
                 stop,

@@ -126,6 +126,29 @@ impl Coordinator {
             ));
         }
         let target = opener.open(&request.target_url).await?;
+        // Nodes still registered in the target use it: they have not
+        // followed an earlier migration away from it yet (or run on it by
+        // mistake). Wiping it, or copying into it, would leave them writing
+        // where nobody reads.
+        let mut users = match target.children(PARTICIPANTS_PATH).await {
+            Ok(names) => names,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if !users.is_empty() {
+            users.sort();
+            users.truncate(5);
+            return Err(refused(
+                &request.target_url,
+                format!(
+                    "nodes still use the target metadata store (participants {}): they have \
+                     not followed an earlier migration away from it yet, or are configured \
+                     with it. Wait until they moved (or stop them) and start again. Nothing \
+                     was written",
+                    users.join(", ")
+                ),
+            ));
+        }
         let mut present: Vec<String> = target
             .children("/")
             .await?
@@ -269,6 +292,27 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Refuses to go on when the record changed since this coordinator
+    /// wrote or read it (aborted, or another coordinator took over and
+    /// maybe flipped): checked before every step writes anything to the
+    /// target, so that a coordinator that lost the record never copies an
+    /// old value of the source over a newer one written in the target after
+    /// the flip.
+    async fn check_record(&self) -> Result<()> {
+        let path = record_path(&self.record.id);
+        match self.source.get(&path).await? {
+            Some(r) if r.stat.version == self.version => Ok(()),
+            _ => Err(MetadataError::BadVersion {
+                op: Operation::Get,
+                path: format!(
+                    "{path} (the migration record was changed by someone else: aborted, or \
+                     another coordinator took over; this one stops before writing)"
+                ),
+                expected: self.version,
+            }),
+        }
+    }
+
     async fn fail(&mut self, reason: String) -> Result<Phase> {
         tracing::warn!("metadata migration {} failed: {reason}", self.record.id);
         self.record.phase = Phase::Failed;
@@ -309,6 +353,9 @@ impl Coordinator {
     /// Errors of the stores; `BadVersion` when the record was changed by
     /// someone else (aborted, or another coordinator).
     pub async fn step(&mut self) -> Result<Phase> {
+        if !self.record.phase.is_terminal() {
+            self.check_record().await?;
+        }
         match self.record.phase {
             Phase::Preparation => {
                 if let Err(lagging) = self.wait_acks(false).await? {
@@ -371,11 +418,20 @@ impl Coordinator {
 
     /// Waits until every live participant acknowledged the current request.
     /// `Err(names)` when some did not in time.
+    ///
+    /// In the pause (`paused`), a participant that joined this migration
+    /// (its marker) but is not registered right now is waited for too: its
+    /// session may have ended while its process lives on and still writes
+    /// through an open gate until it registers again and sees the pause. It
+    /// is presumed dead (a crashed process) once `ack_timeout` passed
+    /// without it, and is then not named among the lagging: the pause covers
+    /// it with a re-scan (see [`collect`](Self::collect)).
     async fn wait_acks(&self, paused: bool) -> Result<std::result::Result<(), String>> {
         let deadline = Instant::now() + self.options.ack_timeout;
         loop {
             let mut lagging = Vec::new();
-            for name in self.source.children(PARTICIPANTS_PATH).await? {
+            let live = self.source.children(PARTICIPANTS_PATH).await?;
+            for name in &live {
                 let path = format!("{PARTICIPANTS_PATH}/{name}");
                 let Some(r) = self.source.get(&path).await? else {
                     continue;
@@ -387,13 +443,31 @@ impl Coordinator {
                     && ack.round >= self.record.round
                     && (!paused || ack.phase == Some(Phase::Paused));
                 if !ok {
-                    lagging.push(name);
+                    lagging.push(name.clone());
                 }
             }
-            if lagging.is_empty() {
+            let mut absent = Vec::new();
+            if paused {
+                for name in self.source.children(&joined_path(&self.record.id)).await? {
+                    if !live.contains(&name) {
+                        absent.push(name);
+                    }
+                }
+            }
+            if lagging.is_empty() && absent.is_empty() {
                 return Ok(Ok(()));
             }
             if Instant::now() >= deadline {
+                if lagging.is_empty() {
+                    tracing::warn!(
+                        "metadata migration {}: participants {} joined and did not come back \
+                         within {:?}: presumed dead, the pause re-scans the tree",
+                        self.record.id,
+                        absent.join(", "),
+                        self.options.ack_timeout
+                    );
+                    return Ok(Ok(()));
+                }
                 return Ok(Err(lagging.join(", ")));
             }
             tokio::time::sleep(self.options.poll_interval).await;
@@ -401,10 +475,11 @@ impl Coordinator {
     }
 
     /// Reads the published dirty pages; `true` in the second field when a
-    /// re-scan is needed (overflow, or a participant that left without
-    /// publishing). The pages and stale markers are deleted by
-    /// [`Collected::done`] once handled, so a coordinator that stops before
-    /// that finds them again.
+    /// re-scan is needed (overflow, or a participant that joined and is not
+    /// registered: it left without publishing, or its session ended). The
+    /// pages are deleted by [`Collected::done`] once handled, so a
+    /// coordinator that stops before that finds them again; the markers stay
+    /// until the migration ends.
     async fn collect(&self) -> Result<(BTreeSet<String>, bool, Collected)> {
         let id = &self.record.id;
         let mut rescan = false;
@@ -432,12 +507,15 @@ impl Coordinator {
         }
         for name in joined {
             if !live.contains(&name) {
+                // The marker stays until the migration ends: a participant
+                // whose session ended may come back (and is waited for in
+                // the pause), a dead one is re-scanned for every round.
                 tracing::warn!(
-                    "metadata migration {id}: participant {name} left without publishing \
-                     its changes; re-scanning the whole tree"
+                    "metadata migration {id}: participant {name} joined and is not \
+                     registered (left without publishing its changes, or its session \
+                     ended); re-scanning the whole tree"
                 );
                 rescan = true;
-                handled.nodes.push(format!("{}/{name}", joined_path(id)));
             }
         }
         Ok((dirty, rescan, handled))
@@ -549,6 +627,7 @@ impl Coordinator {
                 self.record.id
             );
             handled += sync_tree(src, tgt, by_writes).await?;
+            self.record.rescans += 1;
             let (diffs, compared) = verify_tree(src, tgt, 10).await?;
             handled += compared;
             if !diffs.is_empty() {

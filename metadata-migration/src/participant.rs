@@ -372,7 +372,9 @@ impl MigratingStore {
             self.set_paused(&mut self.inner.state.lock(), Some(reason));
         }
         let want = (rec.id.clone(), rec.phase, rec.round);
-        if self.inner.state.lock().acked.as_ref() == Some(&want) {
+        if self.inner.state.lock().acked.as_ref() == Some(&want)
+            && store.exists(&self.participant_path()).await?.is_some()
+        {
             return Ok(());
         }
         self.publish(store.as_ref(), &rec.id).await?;
@@ -396,6 +398,15 @@ impl MigratingStore {
                 if self.inner.closed.load(Ordering::Acquire) {
                     return Ok(());
                 }
+                // Joined again (the coordinator waits for a joined
+                // participant in the pause), then registered.
+                store
+                    .put(
+                        &format!("{}/{name}", joined_path(&rec.id)),
+                        b"",
+                        ExpectedVersion::Any,
+                    )
+                    .await?;
                 store.create(&path, &value, CreateMode::EPHEMERAL).await?;
             }
         }

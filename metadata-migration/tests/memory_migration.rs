@@ -692,3 +692,148 @@ async fn paused_watch_follows_the_gate_and_completed_keeps_the_record() {
     assert!(p.completed().is_none());
     assert_eq!(p.url(), "memory://src");
 }
+
+/// Two coordinators for a while (a leader that has not yet seen it lost the
+/// lead): the stale one, left at COPYING, must not copy the source again
+/// over the target once the other one flipped and writes went on there
+/// (the copy of an old value over a newer one loses an acknowledged write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_coordinator_copies_nothing_after_another_one_flipped() {
+    let (stores, opener) = setup(50, 0).await;
+    let p = participant(opener.clone(), "memory://src", "broker-1").await;
+    let stat = p
+        .put(&topic(0), b"before", ExpectedVersion::Any)
+        .await
+        .expect("put");
+    let mut stale = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        request("m"),
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    assert_eq!(stale.step().await.expect("prep"), Phase::Copying);
+    // Another coordinator takes over and runs it to the end.
+    let mut other = Coordinator::resume(src(&stores), opener.as_ref(), coordinator_options())
+        .await
+        .expect("resume")
+        .expect("running");
+    assert_eq!(other.run().await.expect("run").phase, Phase::Completed);
+    wait_swapped(&[&p], "memory://dst").await;
+    // A write on the target, acknowledged.
+    let after = p
+        .put(&topic(0), b"after", ExpectedVersion::Exactly(stat.version))
+        .await
+        .expect("write after the flip");
+    // The stale coordinator's next step is refused before it writes.
+    let err = stale.step().await.expect_err("stale");
+    assert_eq!(err.kind(), ErrorKind::BadVersion, "{err}");
+    let dst = stores.session("dst");
+    let r = dst.get(&topic(0)).await.unwrap().unwrap();
+    assert_eq!(
+        (r.value.as_slice(), r.stat.version),
+        (&b"after"[..], after.version)
+    );
+}
+
+/// A participant lost in the pause (its session ends without a word): the
+/// pause re-scans the whole tree, completes, and the record counts the
+/// re-scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_lost_in_the_pause_is_covered_by_a_counted_rescan() {
+    let (stores, opener) = setup(100, 0).await;
+    let p = participant(opener.clone(), "memory://src", "broker-1").await;
+    let doomed_store = stores.session("src");
+    let doomed = MigratingStore::wrap(
+        Arc::new(doomed_store.clone()),
+        "memory://src",
+        opener.clone(),
+        participant_options("broker-doomed"),
+    )
+    .await
+    .expect("participant");
+    let mut c = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        request("m"),
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    while c.step().await.expect("step") != Phase::Paused {}
+    assert_eq!(c.record().rescans, 0);
+    drop(doomed);
+    drop(doomed_store);
+    // Waited for (its session may have ended while it lives on), then
+    // presumed dead after the ack timeout.
+    let mut c = Coordinator::resume(
+        src(&stores),
+        opener.as_ref(),
+        bkswitch_metadata_migration::CoordinatorOptions {
+            ack_timeout: Duration::from_millis(300),
+            ..coordinator_options()
+        },
+    )
+    .await
+    .expect("resume")
+    .expect("running");
+    let rec = c.run().await.expect("run");
+    assert_eq!(rec.phase, Phase::Completed, "{rec:?}");
+    assert_eq!(rec.rescans, 1, "{rec:?}");
+    assert!(
+        rec.pause_nodes >= 100,
+        "the pause re-scanned the tree: {rec:?}"
+    );
+    wait_swapped(&[&p], "memory://dst").await;
+}
+
+/// A node still registered in the target (it has not followed an earlier
+/// migration away from it, or is configured with it): wiping the target or
+/// copying into it would leave it writing where nobody reads. Refused, with
+/// both stores untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_nodes_still_use_is_refused_even_with_wipe() {
+    let (stores, opener) = setup(20, 0).await;
+    let _p = participant(opener.clone(), "memory://src", "broker-1").await;
+    let lagging = participant(opener.clone(), "memory://dst", "broker-lagging").await;
+    lagging
+        .put("/left/behind", b"x", ExpectedVersion::Any)
+        .await
+        .expect("put");
+    let before_src = tree(&stores.session("src")).await;
+    let before_dst = tree(&stores.session("dst")).await;
+    let err = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        MigrationRequest {
+            wipe_target: true,
+            ..request("m")
+        },
+        coordinator_options(),
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("broker-lagging") && msg.contains("still use the target"),
+        "{msg}"
+    );
+    assert_eq!(tree(&stores.session("src")).await, before_src);
+    assert_eq!(tree(&stores.session("dst")).await, before_dst);
+    // Once it left, the start goes through.
+    lagging.close().await.expect("close");
+    let mut c = Coordinator::start(
+        src(&stores),
+        opener.as_ref(),
+        MigrationRequest {
+            wipe_target: true,
+            ..request("m")
+        },
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
+}

@@ -12,11 +12,15 @@
 //!   paused time), and the replay command.
 //! - [`shrink`]: dropping operations while a history still fails.
 //! - [`real`]: histories on real ZooKeeper and real bookies.
+//! - [`migration`]: migration histories (moving the metadata store between
+//!   in-memory backends under conditional writers, with coordinator and
+//!   participant faults).
 //! - [`regressions`]: the seeds and directed tests that show known defects.
 #![doc = include_str!("../README.md")]
 
 pub mod checker;
 pub mod history;
+pub mod migration;
 pub mod plan;
 pub mod real;
 pub mod regressions;

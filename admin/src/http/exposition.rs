@@ -311,6 +311,17 @@ pub async fn render(node: &Node) -> String {
             );
         }
     }
+    reg.register(
+        "bkswitch_topic_loads",
+        "Topic loads from the metadata by this node (one per topic unless a topic was \
+         unloaded, fenced or reloaded)",
+        ConstGauge::new(i64::try_from(node.topic_loads()).unwrap_or(i64::MAX)),
+    );
+    reg.register(
+        "bkswitch_topics_fenced",
+        "Topics open on this node that are fenced",
+        ConstGauge::new(i64::try_from(node.fenced_topics()).unwrap_or(i64::MAX)),
+    );
     if let Ok(Some(rec)) = node.metadata_migration().await {
         register_migration(&mut reg, &rec);
     }

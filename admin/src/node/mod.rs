@@ -75,6 +75,9 @@ pub(crate) struct NodeInner {
     pub(crate) registration: registration::Registration,
     /// Cursor promotions this node executed for a coordinator over HTTP.
     pub(crate) promotions_served: AtomicU64,
+    /// Topic loads from the metadata (a first open, or a reload after an
+    /// unload or a fence).
+    pub(crate) topic_loads: AtomicU64,
     pub(crate) metrics: Arc<crate::metrics::NodeMetrics>,
     pub(crate) tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
     pub(crate) stop: watch::Sender<bool>,
@@ -196,6 +199,24 @@ impl Node {
         self.inner.promotions_served.load(Ordering::Relaxed)
     }
 
+    /// How many times this node loaded a topic from the metadata
+    /// ([`open_topic`](Self::open_topic) of a topic it did not have open): one
+    /// per topic unless a topic was unloaded, fenced or reloaded.
+    pub fn topic_loads(&self) -> u64 {
+        self.inner.topic_loads.load(Ordering::Relaxed)
+    }
+
+    /// How many of the topics this node has open are fenced (another owner,
+    /// or a metadata version conflict, took them away).
+    pub fn fenced_topics(&self) -> u64 {
+        let topics = &self.inner.topics;
+        topics
+            .list()
+            .iter()
+            .filter(|name| topics.get(name).is_some_and(|ml| ml.is_fenced()))
+            .count() as u64
+    }
+
     /// Promotes a cursor of a topic this node owns, as a coordinator asked
     /// over HTTP (`POST /internal/promote-cursor`), and counts it in
     /// [`cursor_promotions_served`](Self::cursor_promotions_served).
@@ -268,6 +289,7 @@ impl Node {
             }
         };
         self.inner.topics.insert(ml.clone());
+        self.inner.topic_loads.fetch_add(1, Ordering::Relaxed);
         Ok(ml)
     }
 

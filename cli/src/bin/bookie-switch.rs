@@ -210,6 +210,12 @@ struct ServeArgs {
     /// (default 0): bounds the load the copy puts on both stores.
     #[arg(long)]
     metadata_migration_step_interval_ms: Option<u64>,
+    /// How long every participant has to acknowledge a request of a metadata
+    /// migration this node runs (tracking, a catch-up round, the pause), ms
+    /// (default 10,000): one that does not fails the migration and writes
+    /// resume on the source.
+    #[arg(long)]
+    metadata_migration_ack_timeout_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -485,6 +491,15 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     if let Some(ms) = a.metadata_migration_step_interval_ms {
         migration.step_interval = Duration::from_millis(ms);
     }
+    if let Some(ms) = a.metadata_migration_ack_timeout_ms {
+        if ms == 0 {
+            eprintln!(
+                "bookie-switch {command}: --metadata-migration-ack-timeout-ms must be at least 1"
+            );
+            return ExitCode::from(2);
+        }
+        migration.coordinator.ack_timeout = Duration::from_millis(ms);
+    }
     let cfg = cfg.with_migration(migration);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
@@ -533,6 +548,13 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             r.publish_failures,
             r.consumer_gaps,
             r.incarnation
+        );
+    }
+    if !handles.is_empty() {
+        eprintln!(
+            "topics: {} loaded, {} fenced",
+            node.topic_loads(),
+            node.fenced_topics()
         );
     }
     node.stop().await;

@@ -270,3 +270,25 @@ pub async fn participant(opener: Arc<dyn StoreOpener>, url: &str, name: &str) ->
 pub async fn clear(store: &dyn MetadataStore) {
     store.delete_recursive("/").await.expect("clear");
 }
+
+/// Every node of `store` as `(path, value, version)`, sorted (control paths
+/// and ephemeral nodes included).
+pub async fn tree(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
+    let mut out = Vec::new();
+    let mut todo = vec!["/".to_owned()];
+    while let Some(p) = todo.pop() {
+        for c in store.children(&p).await.expect("children") {
+            let path = if p == "/" {
+                format!("/{c}")
+            } else {
+                format!("{p}/{c}")
+            };
+            if let Some(r) = store.get(&path).await.expect("get") {
+                out.push((path.clone(), r.value, r.stat.version));
+            }
+            todo.push(path);
+        }
+    }
+    out.sort();
+    out
+}

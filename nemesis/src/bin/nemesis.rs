@@ -1,5 +1,6 @@
 //! `nemesis run --histories N --seed S [--stack embedded|real]` and
-//! `nemesis replay --seed S [--keep i,j,…]`.
+//! `nemesis replay --seed S [--keep i,j,…]`,
+//! `nemesis migration --histories N --seed S [--trace]`.
 
 use std::process::ExitCode;
 
@@ -50,6 +51,20 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Runs migration histories (moving the metadata store between
+    /// in-memory backends under conditional writers, with coordinator and
+    /// participant faults) with seeds S, S+1, …, S+N-1.
+    Migration {
+        /// How many histories.
+        #[arg(long, default_value_t = 20)]
+        histories: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print every history's trace.
+        #[arg(long)]
+        trace: bool,
     },
     /// Replays one embedded history and prints its trace and violations.
     Replay {
@@ -126,6 +141,41 @@ fn main() -> ExitCode {
             }
             println!("{histories} plans from seed {seed}: {ops} operations, {faults} faults");
             ExitCode::SUCCESS
+        }
+        Command::Migration {
+            histories,
+            seed,
+            trace,
+        } => {
+            let (mut acked, mut ended, mut refused) = (0, [0; 3], 0);
+            let failed =
+                bkswitch_nemesis::migration::run_migration_histories(seed, histories, |o| {
+                    if trace || !o.passed() {
+                        for line in &o.trace {
+                            println!("{line}");
+                        }
+                    }
+                    print!("{o}");
+                    acked += o.acked;
+                    refused += o.refused;
+                    for (t, n) in ended.iter_mut().zip(o.ended) {
+                        *t += n;
+                    }
+                });
+            println!(
+                "Totals: {histories} migration histories, {} failed, {acked} acknowledged \
+                 writes, {} completed, {} failed, {} aborted migrations, {refused} starts \
+                 refused",
+                failed.len(),
+                ended[0],
+                ended[1],
+                ended[2]
+            );
+            if failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Command::Replay { seed, keep } => {
             let plan = plan_of(seed, keep.as_deref());
