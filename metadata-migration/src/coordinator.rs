@@ -15,7 +15,8 @@ use crate::record::{
     MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
 };
 use crate::sync::{
-    compare_node, skipped, sync_node, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
+    compare_node, skipped, sync_batch, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
+    BATCH,
 };
 
 /// What to migrate.
@@ -395,17 +396,36 @@ impl Coordinator {
         let walk = self.walk.as_mut().expect("walk");
         let mut done = 0;
         let mut finished = false;
-        while done < self.options.page_size {
-            let Some(path) = walk.next_path() else {
+        let start = self.record.copy_cursor.clone();
+        // A page ends once it copied its size and moved the cursor: a
+        // coordinator that dies after every page still makes progress.
+        while done < self.options.page_size || self.record.copy_cursor == start {
+            let batch =
+                walk.next_siblings(BATCH.min(self.options.page_size.saturating_sub(done).max(1)));
+            if batch.is_empty() {
                 finished = true;
                 break;
-            };
-            sync_node(self.source.as_ref(), self.target.as_ref(), &path, by_writes).await?;
-            walk.enter(self.source.as_ref(), self.target.as_ref(), &path)
-                .await?;
+            }
+            let parents = sync_batch(
+                walk,
+                self.source.as_ref(),
+                self.target.as_ref(),
+                &batch,
+                by_writes,
+            )
+            .await?;
             self.peak_walk = self.peak_walk.max(walk.held());
-            self.record.copy_cursor = Some(path);
-            done += 1;
+            // The cursor says "everything up to here is copied": it moves to
+            // the last of the batch only when no node of the batch has a
+            // subtree still to walk, else to the node before the first that
+            // has one (a resumed walk copies the rest of the batch again,
+            // which changes nothing).
+            match parents.iter().position(|p| *p) {
+                None => self.record.copy_cursor = batch.last().cloned(),
+                Some(0) => {}
+                Some(i) => self.record.copy_cursor = Some(batch[i - 1].clone()),
+            }
+            done += batch.len();
         }
         self.record.copied += done as u64;
         if finished {

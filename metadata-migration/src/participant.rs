@@ -707,6 +707,13 @@ impl MetadataStore for MigratingStore {
         self.track(path);
         r
     }
+
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        let _in_flight = self.enter_gate(Operation::Put, path).await?;
+        let r = self.current().import_sequential_counter(path, next).await;
+        self.track(path);
+        r
+    }
 }
 
 async fn forward_watch(

@@ -4,14 +4,18 @@
 use std::collections::VecDeque;
 
 use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataStore, MetadataStoreExt, Result,
+    ErrorKind, ExpectedVersion, GetResult, MetadataStore, MetadataStoreExt, Result,
 };
+use futures::{stream, StreamExt, TryStreamExt};
 
 use crate::record::is_control_path;
 
-/// Prefix of the children created (and deleted at once) in the target to
-/// carry a parent's sequential counter.
-pub(crate) const COUNTER_CHILD: &str = "migration-counter-";
+/// Nodes synced or compared at once by a walk (siblings of one parent).
+pub(crate) const IN_FLIGHT: usize = 32;
+
+/// Siblings a walk takes at a time (each batch is handled [`IN_FLIGHT`] at
+/// once; the walk's memory is unchanged, the names were listed already).
+pub(crate) const BATCH: usize = 256;
 
 /// Whether the walk skips `path`: the migration's own nodes and ZooKeeper's
 /// reserved tree.
@@ -56,27 +60,20 @@ pub(crate) enum Synced {
     Recreated,
 }
 
+/// Raises the target's sequential counter of `path` to the source's (see
+/// [`MetadataStore::import_sequential_counter`]); `true` when it was behind.
 async fn carry_counter(
     target: &dyn MetadataStore,
     path: &str,
     source: &GetResult,
-    mut target_next: i64,
+    target_next: i64,
 ) -> Result<bool> {
     let wanted = source.stat.next_sequential_suffix();
-    let mut changed = false;
-    while target_next < wanted {
-        let (actual, _) = target
-            .create(
-                &join(path, COUNTER_CHILD),
-                b"",
-                CreateMode::PERSISTENT_SEQUENTIAL,
-            )
-            .await?;
-        target.delete(&actual, ExpectedVersion::Any).await?;
-        target_next += 1;
-        changed = true;
+    if target_next >= wanted {
+        return Ok(false);
     }
-    Ok(changed)
+    target.import_sequential_counter(path, wanted).await?;
+    Ok(true)
 }
 
 /// Makes the target's node at `path` equal to the source's: value, version
@@ -88,8 +85,37 @@ pub(crate) async fn sync_node(
     path: &str,
     by_writes: bool,
 ) -> Result<Synced> {
+    Ok(sync_node_and_count(source, target, path, by_writes)
+        .await?
+        .0)
+}
+
+/// [`sync_node`], and whether the node had children in either store when
+/// read (the walk lists only those).
+async fn sync_node_and_count(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    path: &str,
+    by_writes: bool,
+) -> Result<(Synced, bool)> {
     let s = source.get(path).await?;
     let t = target.get(path).await?;
+    let parent = s.as_ref().is_some_and(|r| r.stat.num_children > 0)
+        || t.as_ref().is_some_and(|r| r.stat.num_children > 0);
+    Ok((
+        sync_read(source, target, path, by_writes, s, t).await?,
+        parent,
+    ))
+}
+
+async fn sync_read(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    path: &str,
+    by_writes: bool,
+    s: Option<GetResult>,
+    t: Option<GetResult>,
+) -> Result<Synced> {
     tracing::trace!(
         "sync {path}: source {:?}, target {:?}",
         s.as_ref().map(|r| r.stat),
@@ -163,9 +189,24 @@ pub(crate) async fn compare_node(
     target: &dyn MetadataStore,
     path: &str,
 ) -> Result<Option<String>> {
+    Ok(compare_node_and_count(source, target, path).await?.0)
+}
+
+/// [`compare_node`], and whether the node has children in either store.
+async fn compare_node_and_count(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    path: &str,
+) -> Result<(Option<String>, bool)> {
     let s = source.get(path).await?;
     let t = target.get(path).await?;
-    Ok(match (s, t) {
+    let parent = s.as_ref().is_some_and(|r| r.stat.num_children > 0)
+        || t.as_ref().is_some_and(|r| r.stat.num_children > 0);
+    Ok((compare_read(s, t), parent))
+}
+
+fn compare_read(s: Option<GetResult>, t: Option<GetResult>) -> Option<String> {
+    match (s, t) {
         (None, None) => None,
         (None, Some(_)) => Some("present in the target, absent from the source".to_owned()),
         (Some(s), t) if s.stat.ephemeral => match t {
@@ -197,7 +238,7 @@ pub(crate) async fn compare_node(
                 None
             }
         }
-    })
+    }
 }
 
 /// A depth-first walk (children in name order) over the union of the source
@@ -256,6 +297,7 @@ impl Walk {
     }
 
     /// The next path to handle; call [`Walk::enter`] after handling it.
+    #[cfg(test)]
     pub(crate) fn next_path(&mut self) -> Option<String> {
         loop {
             let (parent, pending) = self.stack.last_mut()?;
@@ -289,9 +331,99 @@ impl Walk {
         Ok(())
     }
 
+    /// Up to `max` next paths that share a parent (pending children of the
+    /// deepest node entered), in name order; empty at the end of the walk.
+    /// Call [`Walk::enter_batch`] after handling them.
+    pub(crate) fn next_siblings(&mut self, max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        while out.is_empty() {
+            let Some((parent, pending)) = self.stack.last_mut() else {
+                break;
+            };
+            while out.len() < max {
+                let Some(name) = pending.pop_front() else {
+                    break;
+                };
+                let path = join(parent, &name);
+                if !skipped(&path) {
+                    out.push(path);
+                }
+            }
+            if pending.is_empty() {
+                self.stack.pop();
+            }
+        }
+        out
+    }
+
+    /// Lists the children of the `parents` of a batch just handed out by
+    /// [`Walk::next_siblings`] (those that had children), so that the walk
+    /// goes below each in name order.
+    pub(crate) async fn enter_batch(
+        &mut self,
+        source: &dyn MetadataStore,
+        target: &dyn MetadataStore,
+        parents: &[&str],
+    ) -> Result<()> {
+        for path in parents.iter().rev() {
+            self.enter(source, target, path).await?;
+        }
+        Ok(())
+    }
+
     /// Names held by the walk (its memory, in children names).
     pub(crate) fn held(&self) -> usize {
         self.stack.iter().map(|(_, p)| p.len()).sum()
+    }
+}
+
+/// Syncs one batch of siblings from [`Walk::next_siblings`], [`IN_FLIGHT`]
+/// at once (a parent is always synced before its children: they come in a
+/// later batch), and enters those that have children. Returns, per path,
+/// whether it had children.
+pub(crate) async fn sync_batch(
+    walk: &mut Walk,
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    batch: &[String],
+    by_writes: bool,
+) -> Result<Vec<bool>> {
+    let parents: Vec<bool> = stream::iter(batch)
+        .map(|p| async move {
+            sync_node_and_count(source, target, p, by_writes)
+                .await
+                .map(|(_, parent)| parent)
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let entered: Vec<&str> = batch
+        .iter()
+        .zip(&parents)
+        .filter(|(_, parent)| **parent)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    walk.enter_batch(source, target, &entered).await?;
+    Ok(parents)
+}
+
+/// Syncs every node below `root` (not `root` itself). Returns the nodes
+/// handled.
+async fn sync_below(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    root: &str,
+    by_writes: bool,
+) -> Result<u64> {
+    let mut walk = Walk::new(source, target, root, None).await?;
+    let mut handled = 0;
+    loop {
+        let batch = walk.next_siblings(BATCH);
+        if batch.is_empty() {
+            return Ok(handled);
+        }
+        sync_batch(&mut walk, source, target, &batch, by_writes).await?;
+        handled += batch.len() as u64;
     }
 }
 
@@ -309,12 +441,7 @@ pub(crate) async fn sync_path(
     let outcome = sync_node(source, target, path, by_writes).await?;
     let mut handled = 1;
     if outcome == Synced::Recreated {
-        let mut walk = Walk::new(source, target, path, None).await?;
-        while let Some(p) = walk.next_path() {
-            sync_node(source, target, &p, by_writes).await?;
-            walk.enter(source, target, &p).await?;
-            handled += 1;
-        }
+        handled += sync_below(source, target, path, by_writes).await?;
     }
     Ok(handled)
 }
@@ -325,18 +452,12 @@ pub(crate) async fn sync_tree(
     target: &dyn MetadataStore,
     by_writes: bool,
 ) -> Result<u64> {
-    let mut walk = Walk::new(source, target, "/", None).await?;
-    let mut handled = 0;
-    while let Some(p) = walk.next_path() {
-        sync_node(source, target, &p, by_writes).await?;
-        walk.enter(source, target, &p).await?;
-        handled += 1;
-    }
-    Ok(handled)
+    sync_below(source, target, "/", by_writes).await
 }
 
-/// Compares every node of both trees; returns the differences (at most
-/// `limit`) and the number of nodes compared.
+/// Compares every node of both trees, [`IN_FLIGHT`] siblings at once;
+/// returns the differences (at most `limit`, in walk order) and the number
+/// of nodes compared.
 pub(crate) async fn verify_tree(
     source: &dyn MetadataStore,
     target: &dyn MetadataStore,
@@ -345,21 +466,36 @@ pub(crate) async fn verify_tree(
     let mut walk = Walk::new(source, target, "/", None).await?;
     let mut diffs = Vec::new();
     let mut compared = 0;
-    while let Some(p) = walk.next_path() {
-        compared += 1;
-        if let Some(reason) = compare_node(source, target, &p).await? {
-            if diffs.len() < limit {
-                diffs.push((p.clone(), reason));
+    loop {
+        let batch = walk.next_siblings(BATCH);
+        if batch.is_empty() {
+            return Ok((diffs, compared));
+        }
+        let results: Vec<(Option<String>, bool)> = stream::iter(&batch)
+            .map(|p| compare_node_and_count(source, target, p))
+            .buffered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        let mut entered = Vec::new();
+        for (p, (reason, parent)) in batch.iter().zip(results) {
+            compared += 1;
+            if let Some(reason) = reason {
+                if diffs.len() < limit {
+                    diffs.push((p.clone(), reason));
+                }
+            }
+            if parent {
+                entered.push(p.as_str());
             }
         }
-        walk.enter(source, target, &p).await?;
+        walk.enter_batch(source, target, &entered).await?;
     }
-    Ok((diffs, compared))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bkswitch_metadata_store::CreateMode;
     use bkswitch_metadata_store::MemoryStore;
 
     async fn walk_all(s: &MemoryStore, t: &MemoryStore, cursor: Option<&str>) -> Vec<String> {

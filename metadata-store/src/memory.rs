@@ -298,6 +298,30 @@ pub(crate) fn check_import_version(path: &str, version: i64) -> Result<()> {
     Ok(())
 }
 
+pub(crate) fn check_import_counter(path: &str, next: i64) -> Result<()> {
+    validate_path(Operation::Put, path, PathUse::Write)?;
+    if next < 0 {
+        return Err(MetadataError::InvalidArgument {
+            op: Operation::Put,
+            path: path.to_owned(),
+            reason: format!(
+                "cannot import the negative sequential counter {next}; suffixes start at 0"
+            ),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn ephemeral_counter_error(path: &str) -> MetadataError {
+    MetadataError::InvalidArgument {
+        op: Operation::Put,
+        path: path.to_owned(),
+        reason: "the node is ephemeral and has no children, so no sequential counter to \
+                 import; import counters on persistent parents"
+            .to_owned(),
+    }
+}
+
 pub(crate) fn ephemeral_parent_error(op: Operation, path: &str, parent: &str) -> MetadataError {
     MetadataError::InvalidArgument {
         op,
@@ -634,6 +658,25 @@ impl MetadataStore for MemoryStore {
                 reason: "the imported node vanished".to_owned(),
             })?;
         node.version = version;
+        Ok(node.stat())
+    }
+
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        let op = Operation::Put;
+        check_import_counter(path, next)?;
+        self.check_open(op, path)?;
+        let mut state = self.handle.shared.state.lock();
+        let node = state
+            .nodes
+            .get_mut(path)
+            .ok_or_else(|| MetadataError::NotFound {
+                op,
+                path: path.to_owned(),
+            })?;
+        if node.owner != 0 {
+            return Err(ephemeral_counter_error(path));
+        }
+        node.creations = node.creations.max(next);
         Ok(node.stat())
     }
 }

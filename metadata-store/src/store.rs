@@ -182,6 +182,34 @@ pub trait MetadataStore: Send + Sync + Debug {
             ),
         })
     }
+
+    /// Raises the sequential-child counter of the persistent node `path` so
+    /// that its next sequential child gets a suffix of at least `next`
+    /// ([`Stat::next_sequential_suffix`](crate::Stat::next_sequential_suffix));
+    /// a counter already there or beyond is left as it is (a counter never goes
+    /// back). A migration carries a parent's counter with it, so that ids taken
+    /// from sequential suffixes never repeat. What it costs each backend is
+    /// described in `docs/FORMATS.md` ("Sequential counter import"): memory and
+    /// etcd set it in one write, ZooKeeper (which counts child creations
+    /// itself) creates and deletes `next − current` children.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] when the store does not offer it (the
+    /// default, so that a wrapper that does not forward it refuses instead of
+    /// bypassing itself; nothing is written), `next` is negative or `path` is
+    /// ephemeral; [`ErrorKind::NotFound`] when `path` does not exist; and every
+    /// error of [`create`](Self::create).
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        validate_path(Operation::Put, path, PathUse::Write)?;
+        Err(MetadataError::InvalidArgument {
+            op: Operation::Put,
+            path: path.to_owned(),
+            reason: format!(
+                "this metadata store ({self:?}) cannot import sequential counters;                  create and delete sequential children to raise it. The counter was not                  raised to {next}"
+            ),
+        })
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]
@@ -225,6 +253,10 @@ impl<T: MetadataStore + ?Sized> MetadataStore for Arc<T> {
 
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
         (**self).import_version(path, value, version).await
+    }
+
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        (**self).import_sequential_counter(path, next).await
     }
 }
 

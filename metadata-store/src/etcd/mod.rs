@@ -14,6 +14,7 @@
 //! | `t` | creation time, ms, decimal | written once, with the node |
 //! | `m` | last write time, ms, decimal | written with every write of the value |
 //! | `c` | empty | its etcd version counts the node's child creations |
+//! | `co` | decimal | added to `c`'s count: an imported sequential counter |
 //! | `k` + name | empty | one per direct child (on the child's lease): counts children, reports their changes |
 //! | `o` | decimal | version offset of an imported node |
 //!
@@ -50,8 +51,8 @@ use tracing::{debug, info, warn};
 
 use crate::error::{MetadataError, Operation, Result};
 use crate::memory::{
-    check_create_args, check_delete_args, check_import_version, check_put_args,
-    ephemeral_parent_error,
+    check_create_args, check_delete_args, check_import_counter, check_import_version,
+    check_put_args, ephemeral_counter_error, ephemeral_parent_error,
 };
 use crate::path::{check_value, name, parent, validate_path, PathUse};
 use crate::store::MetadataStore;
@@ -205,6 +206,22 @@ fn nth_get(resp: &TxnResponse, i: usize) -> Option<GetResponse> {
 
 fn first_kv(g: &Option<GetResponse>) -> Option<KeyValue> {
     g.as_ref().and_then(|g| g.kvs().first().cloned())
+}
+
+/// The child counter from a prefix read of the `c` side key: the etcd
+/// version of `c` (one per child creation) plus the imported offset in `co`.
+/// Also returns `c`'s own version, which writes compare.
+fn counter_of(g: &Option<GetResponse>) -> (i64, i64) {
+    let mut raw = 0;
+    let mut offset = 0;
+    for kv in g.as_ref().map_or(&[][..], |g| g.kvs()) {
+        if kv.key().last() == Some(&b'o') {
+            offset = parse_i64(Some(kv)).unwrap_or(0);
+        } else {
+            raw = kv.version();
+        }
+    }
+    (raw + offset, raw)
 }
 
 impl EtcdStore {
@@ -500,7 +517,7 @@ impl Inner {
         let k = self.side(path, "k");
         vec![
             TxnOp::get(self.key(path), None),
-            TxnOp::get(self.side(path, "c"), None),
+            TxnOp::get(self.side(path, "c"), Some(GetOptions::new().with_prefix())),
             TxnOp::get(self.side(path, "m"), None),
             TxnOp::get(self.side(path, "t"), None),
             TxnOp::get(self.side(path, "o"), None),
@@ -523,7 +540,7 @@ impl Inner {
         let k = self.side(path, "k");
         let mut reads = vec![
             TxnOp::get(self.key(path), Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(self.side(path, "c"), None),
+            TxnOp::get(self.side(path, "c"), Some(GetOptions::new().with_prefix())),
             TxnOp::get(self.side(path, "t"), None),
             TxnOp::get(
                 k.clone(),
@@ -549,7 +566,7 @@ impl Inner {
         offset: Option<i64>,
     ) -> Option<Stat> {
         let node = first_kv(&nth_get(resp, at))?;
-        let c = first_kv(&nth_get(resp, at + 1)).map_or(0, |kv| kv.version());
+        let (c, _) = counter_of(&nth_get(resp, at + 1));
         let t = parse_i64(first_kv(&nth_get(resp, at + 2)).as_ref()).unwrap_or(0);
         let children = nth_get(resp, at + 3).map_or(0, |g| g.count());
         let o = offset
@@ -572,7 +589,7 @@ impl Inner {
             None if path == "/" => (Vec::new(), 0, 0),
             None => return None,
         };
-        let c = first_kv(&nth_get(resp, at + 1)).map_or(0, |kv| kv.version());
+        let (c, _) = counter_of(&nth_get(resp, at + 1));
         let m = parse_i64(first_kv(&nth_get(resp, at + 2)).as_ref());
         let t = parse_i64(first_kv(&nth_get(resp, at + 3)).as_ref()).unwrap_or(0);
         let o = parse_i64(first_kv(&nth_get(resp, at + 4)).as_ref()).unwrap_or(0);
@@ -618,10 +635,15 @@ impl Inner {
         for _ in 0..1_000 {
             let (actual, counter) = if mode.sequential {
                 let resp = self
-                    .get(op, path, self.side(&parent_path, "c"), None)
+                    .get(
+                        op,
+                        path,
+                        self.side(&parent_path, "c"),
+                        Some(GetOptions::new().with_prefix()),
+                    )
                     .await?;
-                let n = resp.kvs().first().map_or(0, |kv| kv.version());
-                (format!("{path}{n:010}"), Some(n))
+                let (n, raw) = counter_of(&Some(resp));
+                (format!("{path}{n:010}"), Some(raw))
             } else {
                 (path.to_owned(), None)
             };
@@ -725,6 +747,79 @@ impl Inner {
             op,
             path: path.to_owned(),
             reason: "the node could not be created after 1000 attempts (constant contention)"
+                .to_owned(),
+        })
+    }
+
+    /// Raises the child counter of `path` to at least `next`: one transaction
+    /// that writes `c` (so that a sequential create racing it retries) and the
+    /// offset `co`, compared on `c`'s version.
+    async fn import_counter(&self, op: Operation, path: &str, next: i64) -> Result<Stat> {
+        let c_key = self.side(path, "c");
+        for _ in 0..1_000 {
+            let resp = self
+                .txn(
+                    op,
+                    path,
+                    Txn::new().and_then(vec![
+                        TxnOp::get(self.key(path), Some(GetOptions::new().with_keys_only())),
+                        TxnOp::get(c_key.clone(), Some(GetOptions::new().with_prefix())),
+                    ]),
+                )
+                .await?;
+            let node = first_kv(&nth_get(&resp, 0));
+            match &node {
+                None if path != "/" => {
+                    return Err(MetadataError::NotFound {
+                        op,
+                        path: path.to_owned(),
+                    })
+                }
+                Some(n) if n.lease() != 0 => return Err(ephemeral_counter_error(path)),
+                _ => {}
+            }
+            let (counter, raw) = counter_of(&nth_get(&resp, 1));
+            if counter >= next {
+                return self
+                    .read(op, path)
+                    .await?
+                    .map(|(_, stat)| stat)
+                    .ok_or_else(|| MetadataError::NotFound {
+                        op,
+                        path: path.to_owned(),
+                    });
+            }
+            let mut when = vec![Compare::version(c_key.clone(), CompareOp::Equal, raw)];
+            if let Some(n) = &node {
+                when.push(Compare::create_revision(
+                    self.key(path),
+                    CompareOp::Equal,
+                    n.create_revision(),
+                ));
+            }
+            let mut ops = vec![
+                TxnOp::put(c_key.clone(), Vec::new(), None),
+                TxnOp::put(self.side(path, "co"), (next - raw - 1).to_string(), None),
+            ];
+            let reads_at = ops.len();
+            ops.extend(self.stat_reads(path));
+            let resp = self
+                .txn(op, path, Txn::new().when(when).and_then(ops))
+                .await?;
+            if resp.succeeded() {
+                return Self::read_stat(path, &resp, reads_at)
+                    .map(|(_, stat)| stat)
+                    .ok_or_else(|| MetadataError::Internal {
+                        op,
+                        path: path.to_owned(),
+                        reason: "the node was not read back after its counter import".to_owned(),
+                    });
+            }
+        }
+        Err(MetadataError::Internal {
+            op,
+            path: path.to_owned(),
+            reason: "the counter could not be imported after 1000 attempts (constant contention)"
                 .to_owned(),
         })
     }
@@ -1241,6 +1336,18 @@ impl MetadataStore for EtcdStore {
                     .await
                     .map(|(_, stat)| stat)
             })
+            .await
+    }
+
+    /// etcd cannot set a key's version, so the counter is the etcd version of
+    /// the `c` side key plus an offset kept in `co`: one transaction,
+    /// whatever the difference.
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        let op = Operation::Put;
+        check_import_counter(path, next)?;
+        let inner = &self.inner;
+        inner
+            .run(op, path, inner.import_counter(op, path, next))
             .await
     }
 }

@@ -42,6 +42,7 @@ macro_rules! metadata_store_conformance_tests {
             extension_helpers,
             root_node,
             version_import_when_offered,
+            sequential_counter_import,
         }
     };
 }

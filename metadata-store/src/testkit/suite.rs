@@ -45,6 +45,7 @@ rule_list! {
     extension::extension_helpers => "delete_recursive, put_if_absent and the compare-and-set update loop",
     children::root_node => "/ always exists, lists the top-level nodes, and cannot be created or deleted",
     versions::version_import_when_offered => "import_version keeps the given version where offered, and is refused (nothing written) elsewhere",
+    versions::sequential_counter_import => "import_sequential_counter raises a counter (never lowers it), leaves no child, refuses bad input",
 }
 
 /// Run one rule, turning a panic inside it into a failure that names the rule.

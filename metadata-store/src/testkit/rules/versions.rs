@@ -315,3 +315,86 @@ pub async fn version_import_when_offered<E: MetadataStoreTestEnv + ?Sized>(env: 
     close(&[&s, &other]).await;
     Ok(())
 }
+
+/// `import_sequential_counter` raises a parent's counter (never lowers it) so
+/// that the next sequential child of any session takes the imported suffix;
+/// it leaves no child behind, refuses bad input without writing, and a store
+/// that does not offer it refuses it.
+pub async fn sequential_counter_import<E: MetadataStoreTestEnv + ?Sized>(env: &E) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    let other = session(&*ns).await;
+    for _ in 0..2 {
+        ok(
+            "sequential child",
+            s.create("/cnt/q-", b"", CreateMode::PERSISTENT_SEQUENTIAL)
+                .await,
+        );
+    }
+    match s.import_sequential_counter("/cnt", 100).await {
+        Err(e)
+            if e.kind() == ErrorKind::InvalidArgument
+                && e.to_string().contains("cannot import sequential counters") =>
+        {
+            let st = ok("exists", s.exists("/cnt").await).expect("parent");
+            assert_eq!(st.next_sequential_suffix(), 2, "nothing written");
+            close(&[&s, &other]).await;
+            return Ok(());
+        }
+        r => {
+            let st = ok("import the counter", r);
+            assert_eq!(st.next_sequential_suffix(), 100, "{st:?}");
+            assert_eq!(st.num_children, 2, "{st:?}");
+        }
+    }
+    let (made, _) = ok(
+        "sequential child after the import",
+        other
+            .create("/cnt/q-", b"", CreateMode::PERSISTENT_SEQUENTIAL)
+            .await,
+    );
+    assert_eq!(made, "/cnt/q-0000000100");
+    let st = ok(
+        "a lower counter",
+        s.import_sequential_counter("/cnt", 50).await,
+    );
+    assert_eq!(st.next_sequential_suffix(), 101, "never lowered: {st:?}");
+    assert_eq!(
+        ok("children", other.children("/cnt").await),
+        ["q-0000000000", "q-0000000001", "q-0000000100"],
+        "no helper child left behind"
+    );
+    let st = ok("stat", other.exists("/cnt").await).expect("parent");
+    assert_eq!(st.next_sequential_suffix(), 101);
+    expect_kind(
+        "a missing node",
+        s.import_sequential_counter("/cnt-missing", 3).await,
+        ErrorKind::NotFound,
+    );
+    assert!(
+        ok("get", s.get("/cnt-missing").await).is_none(),
+        "nothing created"
+    );
+    expect_kind(
+        "a negative counter",
+        s.import_sequential_counter("/cnt", -1).await,
+        ErrorKind::InvalidArgument,
+    );
+    ok(
+        "ephemeral",
+        s.create("/cnt-e", b"", CreateMode::EPHEMERAL).await,
+    );
+    expect_kind(
+        "an ephemeral node",
+        s.import_sequential_counter("/cnt-e", 3).await,
+        ErrorKind::InvalidArgument,
+    );
+    let st = ok("stat", s.exists("/cnt").await).expect("parent");
+    assert_eq!(
+        st.next_sequential_suffix(),
+        101,
+        "bad input changed nothing"
+    );
+    close(&[&s, &other]).await;
+    Ok(())
+}
