@@ -388,13 +388,15 @@ pub(crate) async fn sync_batch(
     batch: &[String],
     by_writes: bool,
 ) -> Result<Vec<bool>> {
-    let parents: Vec<bool> = stream::iter(batch)
-        .map(|p| async move {
-            sync_node_and_count(source, target, p, by_writes)
-                .await
-                .map(|(_, parent)| parent)
-        })
+    // The futures are made first and then run IN_FLIGHT at once (a closure
+    // in the stream would make the future not `Send` for every lifetime).
+    let syncs: Vec<_> = batch
+        .iter()
+        .map(|p| sync_node_and_count(source, target, p, by_writes))
+        .collect();
+    let parents: Vec<bool> = stream::iter(syncs)
         .buffered(IN_FLIGHT)
+        .map_ok(|(_, parent)| parent)
         .try_collect()
         .await?;
     let entered: Vec<&str> = batch
@@ -471,8 +473,11 @@ pub(crate) async fn verify_tree(
         if batch.is_empty() {
             return Ok((diffs, compared));
         }
-        let results: Vec<(Option<String>, bool)> = stream::iter(&batch)
+        let compares: Vec<_> = batch
+            .iter()
             .map(|p| compare_node_and_count(source, target, p))
+            .collect();
+        let results: Vec<(Option<String>, bool)> = stream::iter(compares)
             .buffered(IN_FLIGHT)
             .try_collect()
             .await?;

@@ -607,7 +607,6 @@ async fn a_parent_with_thousands_of_children_is_copied_with_bounded_walk_memory(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: 60,000 children under one parent"]
 async fn sixty_thousand_children() {
     let (stores, opener) = setup(0, 60_000).await;
     let options = bkswitch_metadata_migration::CoordinatorOptions {
