@@ -162,6 +162,10 @@ impl MetadataStore for RecordingStore {
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> StoreResult<Stat> {
         self.inner.import_version(path, value, version).await
     }
+
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> StoreResult<Stat> {
+        self.inner.import_sequential_counter(path, next).await
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -885,5 +885,5 @@ async fn a_copy_resumed_after_every_page_misses_no_subtree() {
     }
     assert!(pages > 10, "{pages} pages");
     let n = assert_same_tree(&stores.session("src"), &stores.session("dst")).await;
-    assert!(n >= 40 + 1, "{n}");
+    assert!(n > 40, "{n}");
 }

@@ -20,6 +20,9 @@ enum Bug {
     ChildrenUnsorted,
     /// Deleting a missing node succeeds.
     DeleteOfMissingSucceeds,
+    /// A counter import stops one short (the next suffix repeats one the
+    /// source gave out).
+    CounterImportOneShort,
 }
 
 #[derive(Debug)]
@@ -85,6 +88,15 @@ impl MetadataStore for Buggy {
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
         self.inner.import_version(path, value, version).await
     }
+
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
+        let next = if self.bug == Bug::CounterImportOneShort {
+            next - 1
+        } else {
+            next
+        };
+        self.inner.import_sequential_counter(path, next).await
+    }
 }
 
 struct BuggyEnv(Bug);
@@ -123,6 +135,7 @@ async fn detects_each_injected_bug() {
             "children_sorted_and_missing_is_empty",
         ),
         (Bug::DeleteOfMissingSucceeds, "delete_versions_and_errors"),
+        (Bug::CounterImportOneShort, "sequential_counter_import"),
     ];
     for (bug, rule) in cases {
         let report = run_all(&BuggyEnv(bug))
