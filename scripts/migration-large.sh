@@ -19,8 +19,10 @@ if [ "${MIGRATION_LARGE_CHILDREN:-1}" = 1 ]; then
         a_parent_with_60_000_children_moves_under_traffic -- --nocapture
 fi
 if [ "${MIGRATION_LARGE_MEMORY:-1}" = 1 ]; then
-    for n in 10000 100000; do
-        echo "== coordinator memory, $n nodes"
-        cargo run -p bkswitch-metadata-migration --example coordinator_memory -- "$n"
+    for shape in wide bounded; do
+        for n in 10000 100000; do
+            echo "== coordinator memory, $n nodes, $shape fan-out"
+            cargo run -p bkswitch-metadata-migration --example coordinator_memory -- "$n" "$shape"
+        done
     done
 fi

@@ -21,5 +21,5 @@ pub use http::exposition;
 pub use http::router as rest_router;
 pub use node::{
     standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
-    Ownership, WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
+    Ownership, WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT, START_LOCK_PATH,
 };

@@ -528,3 +528,150 @@ async fn an_unfinished_canary_blocks_a_migration() {
         .is_empty());
     node.stop().await;
 }
+
+/// A migration and a switch asked of two nodes at the same moment: the start
+/// lock lets at most one of them begin (before it, both could pass their
+/// checks and run together). Repeated on fresh stores, since the interleaving
+/// varies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migration_and_a_switch_started_at_once_never_both_begin() {
+    let mut outcomes = std::collections::BTreeMap::new();
+    for round in 0..8 {
+        let stores = NamedMemoryStores::new();
+        let clusters = clusters();
+        let a = node("node-a", &stores, &clusters, |h, _| h.coordinate = false).await;
+        let b = node("node-b", &stores, &clusters, |h, _| h.coordinate = false).await;
+        let admin_a = AdminClient::new(a.url(), ADMIN).unwrap();
+        let admin_b = AdminClient::new(b.url(), ADMIN).unwrap();
+        admin_a.register("new", "memory://new", None).await.unwrap();
+        let (migration, switch) = tokio::join!(
+            admin_a.start_migration("memory://target", false),
+            admin_b.switch("new")
+        );
+        let migrating = read_current(&stores.session("old"))
+            .await
+            .unwrap()
+            .is_some_and(|(r, _)| !r.phase.is_terminal());
+        let switching = b.orchestrator().current_status().await.unwrap().is_some();
+        assert!(
+            !(migrating && switching),
+            "round {round}: both began (migration {migration:?}, switch {switch:?})"
+        );
+        assert_eq!(migration.is_ok(), migrating, "round {round}: {migration:?}");
+        assert_eq!(switch.is_ok(), switching, "round {round}: {switch:?}");
+        for refused in [migration.err(), switch.err()].into_iter().flatten() {
+            let (status, msg) = api_status(&refused);
+            assert_eq!(status, 409, "round {round}: {msg}");
+            *outcomes
+                .entry(msg.split(':').next().unwrap_or("").to_owned())
+                .or_insert(0) += 1;
+        }
+        a.stop().await;
+        b.stop().await;
+    }
+    eprintln!("refusals: {outcomes:?}");
+}
+
+/// A start lock held by another node refuses a start with 409 naming that
+/// node and writes nothing; the lock of a node whose session ended (it died
+/// while starting) is gone with it, and a finished start removes its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_start_lock_refuses_while_held_and_goes_with_its_session() {
+    let stores = NamedMemoryStores::new();
+    let clusters = clusters();
+    let node = node("node-1", &stores, &clusters, |h, _| h.coordinate = false).await;
+    let admin = AdminClient::new(node.url(), ADMIN).unwrap();
+    admin.register("new", "memory://new", None).await.unwrap();
+    // Another node's session holds the lock.
+    let other = stores.session("old").new_session();
+    let held = serde_json::json!({"node": "node-9", "what": "a canary", "atMs": 1});
+    other
+        .create(
+            bkswitch_admin::START_LOCK_PATH,
+            held.to_string().as_bytes(),
+            CreateMode::EPHEMERAL,
+        )
+        .await
+        .unwrap();
+    let before = tree(&stores.session("old")).await;
+    let (status, msg) = api_status(&admin.switch("new").await.unwrap_err());
+    assert_eq!(status, 409, "{msg}");
+    assert!(msg.contains("node-9") && msg.contains("a canary"), "{msg}");
+    let (status, msg) = api_status(
+        &admin
+            .start_migration("memory://target", false)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 409, "{msg}");
+    assert!(msg.contains("node-9"), "{msg}");
+    assert_eq!(
+        tree(&stores.session("old")).await,
+        before,
+        "nothing written"
+    );
+    // Its session ends: the lock goes with it, the start passes and leaves
+    // no lock behind.
+    other.close().await.unwrap();
+    admin.switch("new").await.unwrap();
+    assert!(node
+        .orchestrator()
+        .current_status()
+        .await
+        .unwrap()
+        .is_some());
+    assert!(stores
+        .session("old")
+        .get(bkswitch_admin::START_LOCK_PATH)
+        .await
+        .unwrap()
+        .is_none());
+    node.stop().await;
+}
+
+/// The start lock itself, with the window between check and write made wide
+/// on purpose: two nodes each check that the other's record is absent, wait,
+/// then write their own. Without the lock both would write; with it exactly
+/// one does and the other is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_start_lock_serializes_check_then_write_across_nodes() {
+    let stores = NamedMemoryStores::new();
+    let clusters = clusters();
+    let a = node("node-a", &stores, &clusters, |h, _| h.coordinate = false).await;
+    let b = node("node-b", &stores, &clusters, |h, _| h.coordinate = false).await;
+    let store = stores.session("old");
+    let start = |me: &'static str, other: &'static str| {
+        let store = store.clone();
+        async move {
+            assert!(store
+                .get(&format!("/race/{other}"))
+                .await
+                .unwrap()
+                .is_none());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            store
+                .put(&format!("/race/{me}"), b"", ExpectedVersion::NotExists)
+                .await
+                .unwrap();
+            Ok::<_, bkswitch_admin::NodeError>(me)
+        }
+    };
+    let (ra, rb) = tokio::join!(
+        a.exclusive_start("race a", start("a", "b")),
+        b.exclusive_start("race b", start("b", "a"))
+    );
+    let written = store.children("/race").await.unwrap();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let refused = match (ra, rb) {
+        (Ok("a"), Err(e)) => (e, "node-a"),
+        (Err(e), Ok("b")) => (e, "node-b"),
+        other => panic!("exactly one must pass: {other:?}"),
+    };
+    assert!(
+        matches!(&refused.0, bkswitch_admin::NodeError::StartInProgress { node, .. } if node == refused.1),
+        "{}",
+        refused.0
+    );
+    a.stop().await;
+    b.stop().await;
+}

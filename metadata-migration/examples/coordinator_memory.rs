@@ -3,8 +3,12 @@
 //! in their own processes, so the heap counted here (a counting global
 //! allocator) is the coordinator's — its walk, its pages, its two clients.
 //!
-//! The tree is shaped like a Pulsar cluster's managed-ledger metadata:
-//! `/managed-ledgers/tenant-{i % 10}/ns-{i % 100}/persistent/topic-{i}`.
+//! The tree is shaped like a Pulsar cluster's managed-ledger metadata, in one
+//! of two shapes (the second argument):
+//! - `wide` (the default): `/managed-ledgers/tenant-{i % 10}/ns-{i % 100}/persistent/topic-{i}`,
+//!   a namespace holds N / 100 topics, so the widest level grows with N;
+//! - `bounded`: `/managed-ledgers/tenant-{i / 10,000}/ns-{(i / 100) % 100}/persistent/topic-{i}`,
+//!   100 topics per namespace and 100 namespaces per tenant at every N.
 //! The peak is measured from the heap after the tree was written and the
 //! seeding client closed, over the whole migration (start → COMPLETED).
 //!
@@ -13,6 +17,7 @@
 //! ```text
 //! cargo run -p bkswitch-metadata-migration --example coordinator_memory -- 10000
 //! cargo run -p bkswitch-metadata-migration --example coordinator_memory -- 100000
+//! cargo run -p bkswitch-metadata-migration --example coordinator_memory -- 100000 bounded
 //! ```
 
 #![allow(unsafe_code)]
@@ -73,19 +78,20 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-fn topic(i: usize) -> String {
-    format!(
-        "/managed-ledgers/tenant-{}/ns-{}/persistent/topic-{i:07}",
-        i % 10,
-        i % 100
-    )
+fn topic(i: usize, bounded: bool) -> String {
+    let (tenant, ns) = if bounded {
+        (i / 10_000, (i / 100) % 100)
+    } else {
+        (i % 10, i % 100)
+    };
+    format!("/managed-ledgers/tenant-{tenant}/ns-{ns}/persistent/topic-{i:07}")
 }
 
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-async fn seed(store: Arc<dyn MetadataStore>, n: usize) {
+async fn seed(store: Arc<dyn MetadataStore>, n: usize, bounded: bool) {
     let mut set = tokio::task::JoinSet::new();
     for w in 0..64 {
         let store = store.clone();
@@ -93,7 +99,7 @@ async fn seed(store: Arc<dyn MetadataStore>, n: usize) {
             for i in (w..n).step_by(64) {
                 store
                     .put(
-                        &topic(i),
+                        &topic(i, bounded),
                         b"{\"ledgers\":[1,2,3],\"cursor\":\"sub\"}",
                         ExpectedVersion::Any,
                     )
@@ -112,6 +118,11 @@ fn main() {
         .nth(1)
         .map(|a| a.replace('_', "").parse().expect("N, a number of nodes"))
         .unwrap_or(10_000);
+    let bounded = match std::env::args().nth(2).as_deref() {
+        None | Some("wide") => false,
+        Some("bounded") => true,
+        Some(other) => panic!("shape `{other}`: use `wide` or `bounded`"),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -140,10 +151,14 @@ fn main() {
         };
         let seeding = Instant::now();
         let seeder = opener.open(&zk_url).await.expect("zk");
-        seed(seeder.clone(), n).await;
+        seed(seeder.clone(), n, bounded).await;
         seeder.close().await.expect("close");
         drop(seeder);
-        println!("seeded {n} topics in {:.1?}", seeding.elapsed());
+        println!(
+            "seeded {n} topics ({} shape) in {:.1?}",
+            if bounded { "bounded" } else { "wide" },
+            seeding.elapsed()
+        );
 
         let source = opener.open(&zk_url).await.expect("zk");
         let base = CURRENT.load(Ordering::Relaxed);

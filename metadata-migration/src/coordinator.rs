@@ -393,7 +393,7 @@ impl Coordinator {
             );
         }
         let by_writes = self.by_writes();
-        let walk = self.walk.as_mut().expect("walk");
+        let mut walk = self.walk.take().expect("walk");
         let mut done = 0;
         let mut finished = false;
         let start = self.record.copy_cursor.clone();
@@ -406,8 +406,15 @@ impl Coordinator {
                 finished = true;
                 break;
             }
+            if done > 0 {
+                // The step checked the record before the first batch; the
+                // others check it too, so that a coordinator that lost the
+                // lead stops within one batch (an error drops the walk: the
+                // next step rebuilds it from the cursor).
+                self.check_record().await?;
+            }
             let parents = sync_batch(
-                walk,
+                &mut walk,
                 self.source.as_ref(),
                 self.target.as_ref(),
                 &batch,
@@ -427,9 +434,11 @@ impl Coordinator {
             }
             done += batch.len();
         }
+        if !finished {
+            self.walk = Some(walk);
+        }
         self.record.copied += done as u64;
         if finished {
-            self.walk = None;
             self.record.phase = Phase::CatchUp;
             self.record.round += 1;
         }

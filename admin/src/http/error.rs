@@ -172,6 +172,7 @@ impl From<NodeError> for ApiError {
                 ApiError::conflict(e.to_string()).with_details(details)
             }
             e @ (NodeError::MigrationInProgress { .. }
+            | NodeError::StartInProgress { .. }
             | NodeError::SwitchUnfinished { .. }
             | NodeError::MigrationEnded { .. }
             | NodeError::NoMigrationParticipant { .. }) => ApiError::conflict(e.to_string()),

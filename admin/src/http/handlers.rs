@@ -79,14 +79,18 @@ pub(super) async fn switch(
         ));
     }
     checked_name(&body.target).map_err(|e| e.with_field("target"))?;
-    node.refuse_during_migration(&format!(
-        "start a bookie-cluster switch to `{}`",
-        body.target
-    ))
-    .await?;
+    let refused = format!("start a bookie-cluster switch to `{}`", body.target);
+    node.refuse_during_migration(&refused).await?;
+    let what = format!("a bookie-cluster switch to `{}`", body.target);
     let status = node
-        .orchestrator()
-        .start_switch(&body.target, Some(node.node_id()))
+        .exclusive_start(&what, async {
+            // Again under the start lock: a migration started meanwhile is seen.
+            node.refuse_during_migration(&refused).await?;
+            Ok(node
+                .orchestrator()
+                .start_switch(&body.target, Some(node.node_id()))
+                .await?)
+        })
         .await?;
     node.metrics()
         .switch_event(crate::metrics::SwitchEvent::Started);

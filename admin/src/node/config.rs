@@ -349,6 +349,21 @@ pub enum NodeError {
         /// Its phase.
         phase: String,
     },
+    /// Another node (or this one) is starting a switch, a canary or a
+    /// metadata migration right now: starts are taken one at a time, so that
+    /// two that exclude each other never both begin.
+    #[error(
+        "cannot {refused}: {other} is being started by node `{node}` at this moment; \
+         read the status and retry in a moment. Nothing was written"
+    )]
+    StartInProgress {
+        /// What was refused.
+        refused: String,
+        /// The start under way.
+        other: String,
+        /// The node starting it.
+        node: String,
+    },
     /// The migration's target cannot be used.
     #[error("cannot start a metadata migration to `{target_url}`: {reason}")]
     InvalidMigration {

@@ -49,7 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{standard_client_factory, standard_idgen_source, NodeConfig, NodeError};
-pub use migration::MigrationHandle;
+pub use migration::{MigrationHandle, START_LOCK_PATH};
 
 /// How long [`Node::probe_cluster`] waits for a cluster's client to start.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -355,7 +355,15 @@ impl Node {
         cluster: &str,
     ) -> Result<bkswitch_switch_orchestrator::SwitchStatus, NodeError> {
         let canary = self.orchestrator().for_prefix(prefix);
-        let status = canary.start_switch(cluster, Some(self.node_id())).await?;
+        let what = format!("the canary of `{prefix}` on `{cluster}`");
+        let status = self
+            .exclusive_start(&what, async {
+                // Under the start lock: a migration started meanwhile is seen.
+                self.refuse_during_migration(&format!("start {what}"))
+                    .await?;
+                Ok(canary.start_switch(cluster, Some(self.node_id())).await?)
+            })
+            .await?;
         let node_id = self.node_id().to_owned();
         let metrics = self.inner.metrics.clone();
         let stop = self.inner.stop.subscribe();
