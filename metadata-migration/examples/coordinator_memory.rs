@@ -9,6 +9,7 @@
 //!   a namespace holds N / 100 topics, so the widest level grows with N;
 //! - `bounded`: `/managed-ledgers/tenant-{i / 10,000}/ns-{(i / 100) % 100}/persistent/topic-{i}`,
 //!   100 topics per namespace and 100 namespaces per tenant at every N.
+//!
 //! The peak is measured from the heap after the tree was written and the
 //! seeding client closed, over the whole migration (start → COMPLETED).
 //!
