@@ -13,7 +13,9 @@
 //!   after COMPLETED comes back on etcd with the data intact; then etcd →
 //!   ZooKeeper back under traffic;
 //! - a parent with 60,000 children moved under traffic, its sequential
-//!   counter with it.
+//!   counter with it;
+//! - a participant's session lost during the copy (the process stopped for
+//!   longer than its session): it registers again and moves with the others.
 //!
 //! Wherever traffic runs, the SIGTERM summaries report 0 publish failures, 0
 //! gaps, every topic loaded once and none fenced: no topic is fenced or
@@ -746,4 +748,103 @@ async fn big_parent(children: usize) -> Duration {
 async fn a_parent_with_60_000_children_moves_under_traffic() {
     let _one = SERIAL.lock().await;
     big_parent(60_000).await;
+}
+
+/// A participant's session lost during the copy: a node that does not lead is
+/// stopped (SIGSTOP) for longer than its 4 s session, then continued. Its
+/// registration and ephemeral nodes are gone meanwhile; when it runs again it
+/// registers anew, follows the migration and moves with the others; nothing
+/// written before is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_whose_session_is_lost_during_the_copy_moves_with_the_others() {
+    let _one = SERIAL.lock().await;
+    let zk = zk_url();
+    let src = open_store(&zk, Default::default()).await.unwrap();
+    seed(&src, "/seed", 300).await;
+    let before = snapshot(src.as_ref(), "/seed").await;
+    src.close().await.unwrap();
+    let etcd = tokio::task::block_in_place(|| EtcdCluster::start(1));
+    let target = etcd.url(&unique_prefix());
+    let dir = tempfile::tempdir().unwrap();
+    // Pages of 10 nodes, 100 ms apart: COPYING lasts a few seconds.
+    let flags = [
+        "--metadata-store-session-timeout-ms",
+        "4000",
+        "--metadata-migration-page-size",
+        "10",
+        "--metadata-migration-step-interval-ms",
+        "100",
+        "--metadata-migration-ack-timeout-ms",
+        "10000",
+    ];
+    let nodes = three(
+        dir.path(),
+        "lost",
+        &zk,
+        |i| format!("tenant/ns/persistent/lost-n{i}"),
+        &flags,
+    )
+    .await;
+    let lead = leader(&nodes).await;
+    let stopped = (lead + 1) % 3;
+    let url = nodes[lead].url.clone();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    start(&url, &target, false).unwrap_or_else(|e| panic!("{e}\n{}", logs(&nodes)));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status(&url)["phase"] != "COPYING" {
+        assert!(Instant::now() < deadline, "{}", logs(&nodes));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = nodes[stopped].child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // Longer than the session: ZooKeeper expires it.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let doc = status(&url);
+    assert!(
+        !matches!(doc["phase"].as_str().unwrap(), "COMPLETED"),
+        "the migration must not flip without the stopped participant: {doc}"
+    );
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let doc = until_ended(&url, &nodes, 120).await;
+    assert_eq!(doc["phase"], "COMPLETED", "{doc}\n{}", logs(&nodes));
+    all_on(&nodes, &target).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let store = EtcdStore::connect(&target, EtcdStoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(snapshot(&store, "/seed").await, before);
+    store.close().await.unwrap();
+    for (i, mut p) in nodes.into_iter().enumerate() {
+        if i != stopped {
+            stop_clean(p);
+            continue;
+        }
+        // The stopped node lost its session (and with it its topic's
+        // ownership): it may have reloaded its topic, which is the lost
+        // session's doing, not the migration's. Nothing acknowledged is lost.
+        assert!(Command::new("kill")
+            .args(["-TERM", &p.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let code = p.child.wait().unwrap();
+        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        assert!(code.success(), "serve exited {code}: {text}");
+        let (published, failures, gaps) = traffic(&text);
+        eprintln!("stopped node: {published} published, {failures} publish failures, {gaps} gaps");
+        assert!(published > 0, "{text}");
+        assert_eq!(gaps, 0, "{text}");
+        assert!(
+            text.contains("ZooKeeper session expired"),
+            "the session was really lost:\n{text}"
+        );
+    }
 }
