@@ -15,7 +15,7 @@
 //!
 //! After the operations every fault heals, the unfinished migration (if
 //! any) is run to its end by a new coordinator, every writer is started
-//! again and writes a while, and the [checker](check) asserts:
+//! again and writes a while, and the checker (`check`) asserts:
 //!
 //! - no acknowledged write is lost: every key holds the value and version of
 //!   its last acknowledged write;

@@ -514,22 +514,32 @@ impl Inner {
 
     /// The reads of [`StatReads`] for `path`.
     fn stat_reads(&self, path: &str) -> Vec<TxnOp> {
-        let k = self.side(path, "k");
         vec![
             TxnOp::get(self.key(path), None),
-            TxnOp::get(self.side(path, "c"), Some(GetOptions::new().with_prefix())),
+            self.counter_read(path),
             TxnOp::get(self.side(path, "m"), None),
             TxnOp::get(self.side(path, "t"), None),
             TxnOp::get(self.side(path, "o"), None),
-            TxnOp::get(
-                k.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_range(prefix_end(&k))
-                        .with_count_only(),
-                ),
-            ),
+            self.child_count_read(path),
         ]
+    }
+
+    /// The child counter of `path`: `c` and `co` (see [`counter_of`]).
+    fn counter_read(&self, path: &str) -> TxnOp {
+        TxnOp::get(self.side(path, "c"), Some(GetOptions::new().with_prefix()))
+    }
+
+    /// The number of direct children of `path`: a count of its `k` keys.
+    fn child_count_read(&self, path: &str) -> TxnOp {
+        let k = self.side(path, "k");
+        TxnOp::get(
+            k.clone(),
+            Some(
+                GetOptions::new()
+                    .with_range(prefix_end(&k))
+                    .with_count_only(),
+            ),
+        )
     }
 
     /// What a value write reads back for its [`Stat`]: the node without its
@@ -537,19 +547,11 @@ impl Inner {
     /// child count and, when the compare did not fix it, the version offset.
     /// The modification time is the one the write sets.
     fn put_stat_reads(&self, path: &str, with_offset: bool) -> Vec<TxnOp> {
-        let k = self.side(path, "k");
         let mut reads = vec![
             TxnOp::get(self.key(path), Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(self.side(path, "c"), Some(GetOptions::new().with_prefix())),
+            self.counter_read(path),
             TxnOp::get(self.side(path, "t"), None),
-            TxnOp::get(
-                k.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_range(prefix_end(&k))
-                        .with_count_only(),
-                ),
-            ),
+            self.child_count_read(path),
         ];
         if with_offset {
             reads.push(TxnOp::get(self.side(path, "o"), None));
@@ -763,7 +765,7 @@ impl Inner {
                     path,
                     Txn::new().and_then(vec![
                         TxnOp::get(self.key(path), Some(GetOptions::new().with_keys_only())),
-                        TxnOp::get(c_key.clone(), Some(GetOptions::new().with_prefix())),
+                        self.counter_read(path),
                     ]),
                 )
                 .await?;
@@ -1454,16 +1456,12 @@ struct Seen {
 
 /// Reads the watched node's side keys; the state and the revision read at.
 async fn snapshot(inner: &Inner, path: &str) -> std::result::Result<(Seen, i64), String> {
-    let k = inner.side(path, "k");
     let resp = inner
         .kv()
         .txn(Txn::new().and_then(vec![
             TxnOp::get(inner.key(path), Some(GetOptions::new().with_count_only())),
             TxnOp::get(inner.side(path, "m"), None),
-            TxnOp::get(
-                k.clone(),
-                Some(GetOptions::new().with_range(prefix_end(&k)).with_count_only()),
-            ),
+            inner.child_count_read(path),
         ]))
         .await
         .map_err(|e| e.to_string())?;
