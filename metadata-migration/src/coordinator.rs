@@ -400,8 +400,10 @@ impl Coordinator {
         // A page ends once it copied its size and moved the cursor: a
         // coordinator that dies after every page still makes progress.
         while done < self.options.page_size || self.record.copy_cursor == start {
-            let batch =
-                walk.next_siblings(BATCH.min(self.options.page_size.saturating_sub(done).max(1)));
+            let max = BATCH.min(self.options.page_size.saturating_sub(done).max(1));
+            let batch = walk
+                .next_siblings(self.source.as_ref(), self.target.as_ref(), max)
+                .await?;
             if batch.is_empty() {
                 finished = true;
                 break;

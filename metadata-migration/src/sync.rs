@@ -243,10 +243,14 @@ fn compare_read(s: Option<GetResult>, t: Option<GetResult>) -> Option<String> {
 
 /// A depth-first walk (children in name order) over the union of the source
 /// and target trees, holding only the pending children of the nodes on the
-/// current path: memory grows with depth × fan-out, never with the tree.
+/// current path: memory grows with depth × fan-out, never with the tree. The
+/// nodes of a batch that have children wait on the stack unlisted until the
+/// walk reaches them, so a batch of many parents holds only their paths.
 #[derive(Debug)]
 pub(crate) struct Walk {
-    stack: Vec<(String, VecDeque<String>)>,
+    /// Each frame: a node and its children still to hand out (`None`: not
+    /// listed yet).
+    stack: Vec<(String, Option<VecDeque<String>>)>,
 }
 
 async fn union_children(
@@ -273,7 +277,10 @@ impl Walk {
         root: &str,
         cursor: Option<&str>,
     ) -> Result<Walk> {
-        let mut stack = vec![(root.to_owned(), union_children(source, target, root).await?)];
+        let mut stack = vec![(
+            root.to_owned(),
+            Some(union_children(source, target, root).await?),
+        )];
         if let Some(cursor) = cursor {
             let rest = if root == "/" {
                 cursor.strip_prefix('/')
@@ -284,11 +291,13 @@ impl Walk {
                 let mut current = root.to_owned();
                 for segment in rest.split('/') {
                     let frame = stack.last_mut().expect("a frame");
-                    frame.1.retain(|n| n.as_str() > segment);
+                    if let Some(pending) = &mut frame.1 {
+                        pending.retain(|n| n.as_str() > segment);
+                    }
                     current = join(&current, segment);
                     stack.push((
                         current.clone(),
-                        union_children(source, target, &current).await?,
+                        Some(union_children(source, target, &current).await?),
                     ));
                 }
             }
@@ -301,7 +310,7 @@ impl Walk {
     pub(crate) fn next_path(&mut self) -> Option<String> {
         loop {
             let (parent, pending) = self.stack.last_mut()?;
-            match pending.pop_front() {
+            match pending.as_mut().expect("listed by enter").pop_front() {
                 Some(name) => {
                     let path = join(parent, &name);
                     if skipped(&path) {
@@ -326,7 +335,7 @@ impl Walk {
     ) -> Result<()> {
         let children = union_children(source, target, path).await?;
         if !children.is_empty() {
-            self.stack.push((path.to_owned(), children));
+            self.stack.push((path.to_owned(), Some(children)));
         }
         Ok(())
     }
@@ -334,11 +343,20 @@ impl Walk {
     /// Up to `max` next paths that share a parent (pending children of the
     /// deepest node entered), in name order; empty at the end of the walk.
     /// Call [`Walk::enter_batch`] after handling them.
-    pub(crate) fn next_siblings(&mut self, max: usize) -> Vec<String> {
+    pub(crate) async fn next_siblings(
+        &mut self,
+        source: &dyn MetadataStore,
+        target: &dyn MetadataStore,
+        max: usize,
+    ) -> Result<Vec<String>> {
         let mut out = Vec::new();
         while out.is_empty() {
             let Some((parent, pending)) = self.stack.last_mut() else {
                 break;
+            };
+            let pending = match pending {
+                Some(pending) => pending,
+                None => pending.insert(union_children(source, target, parent).await?),
             };
             while out.len() < max {
                 let Some(name) = pending.pop_front() else {
@@ -353,27 +371,26 @@ impl Walk {
                 self.stack.pop();
             }
         }
-        out
+        Ok(out)
     }
 
-    /// Lists the children of the `parents` of a batch just handed out by
-    /// [`Walk::next_siblings`] (those that had children), so that the walk
-    /// goes below each in name order.
-    pub(crate) async fn enter_batch(
-        &mut self,
-        source: &dyn MetadataStore,
-        target: &dyn MetadataStore,
-        parents: &[&str],
-    ) -> Result<()> {
+    /// Schedules the `parents` of a batch just handed out by
+    /// [`Walk::next_siblings`] (those that had children) so that the walk
+    /// goes below each in name order; each is listed when the walk reaches
+    /// it.
+    pub(crate) fn enter_batch(&mut self, parents: &[&str]) {
         for path in parents.iter().rev() {
-            self.enter(source, target, path).await?;
+            self.stack.push(((*path).to_owned(), None));
         }
-        Ok(())
     }
 
-    /// Names held by the walk (its memory, in children names).
+    /// Names held by the walk (its memory, in children names and unlisted
+    /// parents).
     pub(crate) fn held(&self) -> usize {
-        self.stack.iter().map(|(_, p)| p.len()).sum()
+        self.stack
+            .iter()
+            .map(|(_, p)| p.as_ref().map_or(1, VecDeque::len))
+            .sum()
     }
 }
 
@@ -405,7 +422,7 @@ pub(crate) async fn sync_batch(
         .filter(|(_, parent)| **parent)
         .map(|(p, _)| p.as_str())
         .collect();
-    walk.enter_batch(source, target, &entered).await?;
+    walk.enter_batch(&entered);
     Ok(parents)
 }
 
@@ -420,7 +437,7 @@ async fn sync_below(
     let mut walk = Walk::new(source, target, root, None).await?;
     let mut handled = 0;
     loop {
-        let batch = walk.next_siblings(BATCH);
+        let batch = walk.next_siblings(source, target, BATCH).await?;
         if batch.is_empty() {
             return Ok(handled);
         }
@@ -469,7 +486,7 @@ pub(crate) async fn verify_tree(
     let mut diffs = Vec::new();
     let mut compared = 0;
     loop {
-        let batch = walk.next_siblings(BATCH);
+        let batch = walk.next_siblings(source, target, BATCH).await?;
         if batch.is_empty() {
             return Ok((diffs, compared));
         }
@@ -493,7 +510,7 @@ pub(crate) async fn verify_tree(
                 entered.push(p.as_str());
             }
         }
-        walk.enter_batch(source, target, &entered).await?;
+        walk.enter_batch(&entered);
     }
 }
 
@@ -541,6 +558,38 @@ mod tests {
                 "resumed after {cursor}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_many_parents_holds_their_paths_not_their_children() {
+        let s = MemoryStore::new();
+        let t = MemoryStore::new();
+        for p in 0..200 {
+            for c in 0..50 {
+                s.put(&format!("/w/p{p:03}/c{c:02}"), b"", ExpectedVersion::Any)
+                    .await
+                    .expect("put");
+            }
+        }
+        let mut walk = Walk::new(&s, &t, "/", None).await.expect("walk");
+        let (mut seen, mut peak) = (0, 0);
+        loop {
+            let batch = walk.next_siblings(&s, &t, BATCH).await.expect("next");
+            if batch.is_empty() {
+                break;
+            }
+            seen += batch.len();
+            let parents: Vec<&str> = batch
+                .iter()
+                .map(String::as_str)
+                .filter(|p| p.matches('/').count() < 3)
+                .collect();
+            walk.enter_batch(&parents);
+            peak = peak.max(walk.held());
+        }
+        assert_eq!(seen, 1 + 200 + 200 * 50);
+        // The 200 parents wait unlisted; one of them listed at a time.
+        assert!(peak <= 200 + 50, "held {peak} names");
     }
 
     #[tokio::test]
