@@ -327,6 +327,7 @@ impl Walk {
 
     /// Lists the children of `path` (just handed out) so that the walk
     /// continues below it.
+    #[cfg(test)]
     pub(crate) async fn enter(
         &mut self,
         source: &dyn MetadataStore,
