@@ -353,8 +353,8 @@ pub enum NodeError {
     /// metadata migration right now: starts are taken one at a time, so that
     /// two that exclude each other never both begin.
     #[error(
-        "cannot {refused}: {other} is being started by node `{node}` at this moment; \
-         read the status and retry in a moment. Nothing was written"
+        "cannot {refused}: {other} is in progress (node `{node}` is starting it at this \
+         moment); read the status and retry in a moment. Nothing was written"
     )]
     StartInProgress {
         /// What was refused.

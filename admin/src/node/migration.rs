@@ -356,7 +356,7 @@ impl Node {
                     _ => StartLock::default(),
                 };
                 return Err(NodeError::StartInProgress {
-                    refused: what.to_owned(),
+                    refused: format!("start {what}"),
                     other: if other.what.is_empty() {
                         "something".to_owned()
                     } else {
