@@ -717,7 +717,11 @@ mod tests {
 
     /// Requests sent together leave in a few writes, not one each; a request
     /// sent alone leaves at once (nothing waits for company).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    ///
+    /// One thread: the burst is queued before the writer can run, so the
+    /// count of writes does not depend on how busy the machine is (with
+    /// two threads a loaded machine let the writer wake mid-burst).
+    #[tokio::test(flavor = "current_thread")]
     async fn requests_sent_together_share_writes_and_a_lone_one_is_not_held() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -752,7 +756,7 @@ mod tests {
         let burst = stats.snapshot();
         assert_eq!(burst.frames - before.frames, 200);
         assert!(
-            burst.writes - before.writes <= 4,
+            burst.writes - before.writes <= 2,
             "200 requests sent together took {} writes",
             burst.writes - before.writes
         );
