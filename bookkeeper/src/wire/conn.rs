@@ -581,7 +581,7 @@ async fn writer(live: Weak<Live>, wake: Arc<Notify>, bookie: String, mut write: 
 const MAX_SLICES: usize = 256;
 
 async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: BoxRead) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::with_capacity(RECEIVE_CHUNK);
     let reason = 'read: loop {
         loop {
             match split_frame(&mut buf) {
@@ -593,8 +593,13 @@ async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: BoxRead) {
                 Err(e) => break 'read format!("bad frame from the bookie: {e}"),
             }
         }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 * 1024);
+        // Room for the rest of the frame under way (its header is read) and
+        // then some: a large entry arrives in few reads, and a new buffer is
+        // taken once per several frames rather than once per frame (frames
+        // split off keep the old one alive until their callers drop them).
+        let rest = frame_rest(&buf);
+        if buf.capacity() - buf.len() < rest.max(MIN_SPARE) {
+            buf.reserve(rest.max(RECEIVE_CHUNK));
         }
         match read.read_buf(&mut buf).await {
             Ok(0) => break 'read "the bookie closed the connection".to_owned(),
@@ -611,6 +616,22 @@ async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: BoxRead) {
         .unwrap_or_default();
     debug!(%bookie, %reason, "bookie connection ended");
     live.fail_all(&bookie, &reason);
+}
+
+/// Bytes a connection's reader asks the socket for at a time, at most.
+const RECEIVE_CHUNK: usize = 256 * 1024;
+/// Free room below which the reader takes a new buffer.
+const MIN_SPARE: usize = 16 * 1024;
+
+/// The bytes still missing of the frame at the front of `buf`, once its
+/// length is read; 0 before.
+fn frame_rest(buf: &[u8]) -> usize {
+    match buf.get(..4) {
+        Some(h) => {
+            (4 + u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize).saturating_sub(buf.len())
+        }
+        None => 0,
+    }
 }
 
 async fn sweeper(live: Weak<Live>, interval: Duration, bookie: String) {
@@ -713,6 +734,20 @@ mod tests {
             assert_eq!((r.ledger_id, r.entry_id), (7, entry));
             assert_eq!(r.body.clone().get_i64(), entry * 1000);
         }
+    }
+
+    #[test]
+    fn the_reader_knows_what_is_missing_of_a_frame_once_its_length_is_read() {
+        assert_eq!(frame_rest(&[]), 0);
+        assert_eq!(frame_rest(&[0, 0, 1]), 0);
+        // A 65,560-byte frame of which 100 bytes (header included) arrived.
+        let mut head = 65_560u32.to_be_bytes().to_vec();
+        head.resize(100, 0);
+        assert_eq!(frame_rest(&head), 4 + 65_560 - 100);
+        // Complete, or followed by the next frame: nothing missing.
+        let mut whole = 8u32.to_be_bytes().to_vec();
+        whole.resize(4 + 8 + 3, 0);
+        assert_eq!(frame_rest(&whole), 0);
     }
 
     /// Requests sent together leave in a few writes, not one each; a request
