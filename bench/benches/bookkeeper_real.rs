@@ -22,8 +22,10 @@
 //! (`throttle=0`), as Pulsar configures it. Rounds alternate which client goes
 //! first. Each figure comes with what the three bookies' JVMs used while it ran
 //! (CPU and read system calls from `/proc/<pid>/stat` and `/proc/<pid>/io`, per
-//! entry), and for the Rust client, how many requests went out per write
-//! system call.
+//! entry), the TCP segments the machine sent per entry (`OutSegs` of
+//! `/proc/net/snmp`: requests, responses and acknowledgements of every
+//! connection, both directions, loopback), and for the Rust client, how many
+//! requests went out per write system call.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -45,6 +47,9 @@ struct Figures {
     bookie_cpu_us: f64,
     /// The bookies' read system calls per entry.
     bookie_reads: f64,
+    /// TCP segments sent on this machine per entry (both directions of every
+    /// connection: requests, responses, acknowledgements).
+    segments: f64,
     /// Requests per write system call (Rust only; 0 for Java).
     frames_per_write: f64,
     /// The client's own CPU per entry, µs (Rust only).
@@ -77,6 +82,25 @@ struct Meter<'a> {
     bookies: ProcessUsage,
     me: ProcessUsage,
     wire: bkswitch_bookkeeper::WireCounts,
+    segments: u64,
+}
+
+/// The machine's count of TCP segments sent (`OutSegs` of `/proc/net/snmp`).
+/// The bookies, the client and ZooKeeper talk over loopback, so every
+/// segment of a measurement is counted once, whichever side sent it; the
+/// machine's other traffic is small beside it.
+fn tcp_out_segments() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "OutSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 impl<'a> Meter<'a> {
@@ -87,6 +111,7 @@ impl<'a> Meter<'a> {
             bookies: cluster.bookie_usage(),
             me: ProcessUsage::current(),
             wire: bk.wire_counts(),
+            segments: tcp_out_segments(),
         }
     }
 
@@ -95,6 +120,7 @@ impl<'a> Meter<'a> {
         let n = entries.max(1) as f64;
         f.bookie_cpu_us = bookies.cpu_seconds * 1e6 / n;
         f.bookie_reads = bookies.read_calls as f64 / n;
+        f.segments = tcp_out_segments().saturating_sub(self.segments) as f64 / n;
         if rust {
             let me = ProcessUsage::current() - self.me;
             f.client_cpu_us = me.cpu_seconds * 1e6 / n;
@@ -380,9 +406,9 @@ fn main() {
         println!();
         println!(
             "| op | entry size | in flight | client | entries/s | MiB/s | p50 µs | p99 µs | \
-             bookie CPU µs/entry | bookie read calls/entry | client CPU µs/entry | requests/write |"
+             bookie CPU µs/entry | bookie read calls/entry | TCP segments/entry | client CPU µs/entry | requests/write |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let mut keys: Vec<_> = series.keys().cloned().collect();
         keys.sort_by_key(|(c, s, i, op)| (*op, *s, *i, c != "Rust"));
         for key in keys {
@@ -391,13 +417,14 @@ fn main() {
             let (client, size, inflight, op) = key;
             let rust = client == "Rust";
             println!(
-                "| {op} | {size} | {inflight} | {client} | {:.0} | {:.1} | {} | {} | {:.1} | {:.2} | {} | {} |",
+                "| {op} | {size} | {inflight} | {client} | {:.0} | {:.1} | {} | {} | {:.1} | {:.2} | {:.2} | {} | {} |",
                 col(|f| f.entries_per_sec),
                 col(|f| f.mib_per_sec),
                 if op == "add" { format!("{:.0}", col(|f| f.p50_us)) } else { "–".into() },
                 if op == "add" { format!("{:.0}", col(|f| f.p99_us)) } else { "–".into() },
                 col(|f| f.bookie_cpu_us),
                 col(|f| f.bookie_reads),
+                col(|f| f.segments),
                 if rust { format!("{:.1}", col(|f| f.client_cpu_us)) } else { "–".into() },
                 if rust { format!("{:.1}", col(|f| f.frames_per_write)) } else { "–".into() },
             );
