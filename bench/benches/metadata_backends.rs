@@ -39,9 +39,11 @@ use bkswitch_metadata_store::{
 };
 use bkswitch_zk_harness::ZkServer;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use futures::StreamExt;
 use tokio::runtime::Runtime;
+
+#[path = "shared/etcd_lanes.rs"]
+mod etcd_lanes;
 
 const SIZE: usize = 256;
 const VALUE: [u8; SIZE] = [7; SIZE];
@@ -104,42 +106,7 @@ impl Backend {
 
     /// `iters` operations in `lanes` lanes of one operation in flight.
     async fn run(&self, op: PulsarBenchOp, lanes: usize, iters: u64) -> Duration {
-        let store = self.writer.as_ref();
-        let keys = keys(lanes);
-        let mut versions = Vec::with_capacity(lanes);
-        for k in &keys {
-            versions.push(
-                store
-                    .get(k)
-                    .await
-                    .expect("get")
-                    .expect("seeded")
-                    .stat
-                    .version,
-            );
-        }
-        let start = Instant::now();
-        futures::future::join_all(keys.iter().zip(versions).enumerate().map(
-            |(i, (key, mut version))| async move {
-                let n = iters / lanes as u64 + u64::from((i as u64) < iters % lanes as u64);
-                for _ in 0..n {
-                    match op {
-                        PulsarBenchOp::Get => {
-                            black_box(store.get(key).await.expect("get"));
-                        }
-                        PulsarBenchOp::Put => {
-                            version = store
-                                .put(key, &VALUE, ExpectedVersion::Exactly(version))
-                                .await
-                                .expect("put with version")
-                                .version;
-                        }
-                    }
-                }
-            },
-        ))
-        .await;
-        start.elapsed()
+        etcd_lanes::store_lanes(self.writer.as_ref(), op, &keys(lanes), iters, &VALUE).await
     }
 
     /// One put by the writer until the reader's watch reports it.
@@ -165,40 +132,7 @@ impl Backend {
 /// `lanes` lanes, each on its own key with the version it last wrote.
 async fn raw_txn_puts(client: &etcd_client::Client, lanes: usize, iters: u64) -> Duration {
     let keys: Vec<String> = (0..lanes).map(|i| format!("/bench/raw-{i}")).collect();
-    let mut versions = Vec::with_capacity(lanes);
-    for k in &keys {
-        let r = client.kv_client().get(k.as_str(), None).await.expect("get");
-        versions.push(r.kvs().first().expect("seeded").version());
-    }
-    let start = Instant::now();
-    futures::future::join_all(keys.iter().zip(versions).enumerate().map(
-        |(i, (key, mut version))| async move {
-            let mut kv = client.kv_client();
-            let n = iters / lanes as u64 + u64::from((i as u64) < iters % lanes as u64);
-            for _ in 0..n {
-                let r = kv
-                    .txn(
-                        Txn::new()
-                            .when(vec![Compare::version(
-                                key.as_str(),
-                                CompareOp::Equal,
-                                version,
-                            )])
-                            .and_then(vec![TxnOp::put(
-                                key.as_str(),
-                                VALUE.to_vec(),
-                                Some(etcd_client::PutOptions::new().with_prev_key()),
-                            )]),
-                    )
-                    .await
-                    .expect("txn");
-                assert!(r.succeeded(), "{key}: version {version} lost");
-                version += 1;
-            }
-        },
-    ))
-    .await;
-    start.elapsed()
+    etcd_lanes::raw_put_lanes(client, &keys, iters, &VALUE).await
 }
 
 struct Setup {

@@ -28,13 +28,15 @@
 //!   conditional write from Rust.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bkswitch_bk_harness::{pulsar_metadata_available, PulsarBenchOp, PulsarMetadataStore};
 use bkswitch_etcd_harness::EtcdCluster;
 use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, ExpectedVersion, MetadataStore};
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::runtime::Runtime;
+
+#[path = "shared/etcd_lanes.rs"]
+mod etcd_lanes;
 
 const SIZE: usize = 256;
 const VALUE: [u8; SIZE] = [7; SIZE];
@@ -51,76 +53,15 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("/bench-alt/{prefix}-{i}")).collect()
 }
 
-/// Splits `iters` over `lanes` lanes: lane `i`'s share.
-fn share(iters: u64, lanes: usize, i: usize) -> u64 {
-    iters / lanes as u64 + u64::from((i as u64) < iters % lanes as u64)
-}
-
 /// `iters` operations of `EtcdStore` in `lanes` lanes; time per operation.
 async fn store_ops(store: Arc<EtcdStore>, op: PulsarBenchOp, lanes: usize, iters: u64) -> Duration {
-    let keys = keys("k", lanes);
-    let mut versions = Vec::with_capacity(lanes);
-    for k in &keys {
-        let got = store.get(k).await.expect("get").expect("seeded");
-        versions.push(got.stat.version);
-    }
-    let store = store.as_ref();
-    let start = Instant::now();
-    futures::future::join_all(keys.iter().zip(versions).enumerate().map(
-        |(i, (key, mut version))| async move {
-            for _ in 0..share(iters, lanes, i) {
-                match op {
-                    PulsarBenchOp::Get => {
-                        std::hint::black_box(store.get(key).await.expect("get"));
-                    }
-                    PulsarBenchOp::Put => {
-                        version = store
-                            .put(key, &VALUE, ExpectedVersion::Exactly(version))
-                            .await
-                            .expect("put with version")
-                            .version;
-                    }
-                }
-            }
-        },
-    ))
-    .await;
-    start.elapsed() / iters as u32
+    etcd_lanes::store_lanes(store.as_ref(), op, &keys("k", lanes), iters, &VALUE).await
+        / iters as u32
 }
 
 /// `iters` of Pulsar's put transaction from the Rust etcd client.
 async fn raw_puts(client: etcd_client::Client, lanes: usize, iters: u64) -> Duration {
-    let keys = keys("raw", lanes);
-    let mut versions = Vec::with_capacity(lanes);
-    for k in &keys {
-        let r = client.kv_client().get(k.as_str(), None).await.expect("get");
-        versions.push(r.kvs().first().expect("seeded").version());
-    }
-    let client = &client;
-    let start = Instant::now();
-    futures::future::join_all(keys.iter().zip(versions).enumerate().map(
-        |(i, (key, mut version))| async move {
-            let mut kv = client.kv_client();
-            for _ in 0..share(iters, lanes, i) {
-                let txn = Txn::new()
-                    .when(vec![Compare::version(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        version,
-                    )])
-                    .and_then(vec![TxnOp::put(
-                        key.as_str(),
-                        VALUE.to_vec(),
-                        Some(PutOptions::new().with_prev_key()),
-                    )]);
-                let r = kv.txn(txn).await.expect("txn");
-                assert!(r.succeeded(), "{key}: version {version} lost");
-                version += 1;
-            }
-        },
-    ))
-    .await;
-    start.elapsed() / iters as u32
+    etcd_lanes::raw_put_lanes(&client, &keys("raw", lanes), iters, &VALUE).await / iters as u32
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
