@@ -106,7 +106,7 @@ impl Backend {
 
     /// `iters` operations in `lanes` lanes of one operation in flight.
     async fn run(&self, op: PulsarBenchOp, lanes: usize, iters: u64) -> Duration {
-        etcd_lanes::store_lanes(self.writer.as_ref(), op, &keys(lanes), iters, &VALUE).await
+        etcd_lanes::store_lanes(self.writer.as_ref(), op, &keys(lanes), iters, &VALUE, false).await
     }
 
     /// One put by the writer until the reader's watch reports it.

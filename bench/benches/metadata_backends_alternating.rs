@@ -20,6 +20,10 @@
 //! its own, a 256-byte value:
 //! - `etcd`: bkswitch's [`EtcdStore`] (`get`, `put` with the version the
 //!   lane's previous write returned);
+//! - `etcd_put_version` (put only): `EtcdStore::put_version`, the same write
+//!   answering only the new version, as Pulsar's store does (its `Stat` has
+//!   no times and no children); what the managed ledger's and the
+//!   registry's compare-and-set loops call;
 //! - `java_etcd`: Pulsar's `EtcdMetadataStore` (pulsar-metadata 4.2.4, its
 //!   batching off, every operation sent at once), its loop inside its JVM
 //!   timing itself, on keys of its own written as Pulsar writes them;
@@ -53,9 +57,25 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("/bench-alt/{prefix}-{i}")).collect()
 }
 
-/// `iters` operations of `EtcdStore` in `lanes` lanes; time per operation.
-async fn store_ops(store: Arc<EtcdStore>, op: PulsarBenchOp, lanes: usize, iters: u64) -> Duration {
-    etcd_lanes::store_lanes(store.as_ref(), op, &keys("k", lanes), iters, &VALUE).await
+/// `iters` operations of `EtcdStore` in `lanes` lanes (puts by `put_version`
+/// with `version_only`); time per operation.
+async fn store_ops(
+    store: Arc<EtcdStore>,
+    op: PulsarBenchOp,
+    lanes: usize,
+    iters: u64,
+    version_only: bool,
+) -> Duration {
+    let prefix = if version_only { "kv" } else { "k" };
+    etcd_lanes::store_lanes(
+        store.as_ref(),
+        op,
+        &keys(prefix, lanes),
+        iters,
+        &VALUE,
+        version_only,
+    )
+    .await
         / iters as u32
 }
 
@@ -67,6 +87,7 @@ async fn raw_puts(client: etcd_client::Client, lanes: usize, iters: u64) -> Dura
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Client {
     Store,
+    StoreVersion,
     Java,
     Raw,
 }
@@ -75,6 +96,7 @@ impl Client {
     fn name(self) -> &'static str {
         match self {
             Client::Store => "etcd",
+            Client::StoreVersion => "etcd_put_version",
             Client::Java => "java_etcd",
             Client::Raw => "etcd_raw_txn",
         }
@@ -98,10 +120,11 @@ impl Setup {
         iters: u64,
     ) -> Duration {
         match c {
-            Client::Store => {
+            Client::Store | Client::StoreVersion => {
                 let store = self.store.clone();
+                let version_only = c == Client::StoreVersion;
                 rt.block_on(async {
-                    tokio::spawn(store_ops(store, op, lanes, iters))
+                    tokio::spawn(store_ops(store, op, lanes, iters, version_only))
                         .await
                         .expect("bench task")
                 })
@@ -147,7 +170,7 @@ fn main() {
         let store = EtcdStore::connect(&etcd.url(""), EtcdStoreOptions::default())
             .await
             .expect("EtcdStore");
-        for k in keys("k", LANES[1]) {
+        for k in keys("k", LANES[1]).into_iter().chain(keys("kv", LANES[1])) {
             store
                 .put(&k, &VALUE, ExpectedVersion::Any)
                 .await
@@ -193,6 +216,7 @@ fn main() {
             let iters = if lanes == 1 { ops } else { ops * 8 };
             let mut clients = vec![Client::Store, Client::Java];
             if op == PulsarBenchOp::Put {
+                clients.push(Client::StoreVersion);
                 clients.push(Client::Raw);
             }
             // Warm-up: one round not counted.

@@ -380,10 +380,10 @@ impl Ctx {
     ) -> std::result::Result<i64, MetadataError> {
         match self
             .store
-            .put(path, bytes, ExpectedVersion::Exactly(version))
+            .put_version(path, bytes, ExpectedVersion::Exactly(version))
             .await
         {
-            Ok(stat) => Ok(stat.version),
+            Ok(v) => Ok(v),
             Err(e) if e.is_conflict() => Err(e),
             Err(e) => {
                 if let Ok(Some(r)) = self.store.get(path).await {

@@ -125,6 +125,16 @@ impl MetadataStore for RecordingStore {
         result
     }
 
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> StoreResult<i64> {
+        // Recorded and interfered with as `put`.
+        Ok(self.put(path, value, expected).await?.version)
+    }
+
     async fn create(
         &self,
         path: &str,

@@ -618,6 +618,18 @@ impl MetadataStore for MigratingStore {
         r
     }
 
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        let _in_flight = self.enter_gate(Operation::Put, path).await?;
+        let r = self.current().put_version(path, value, expected).await;
+        self.track(path);
+        r
+    }
+
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
         let _in_flight = self.enter_gate(Operation::Create, path).await?;
         let r = self.current().create(path, value, mode).await;

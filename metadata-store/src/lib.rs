@@ -23,7 +23,7 @@ mod zk;
 
 pub use error::{ErrorKind, MetadataError, Operation, Result};
 #[cfg(feature = "etcd")]
-pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions, WriteBatches};
+pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions, ReadBatches, WriteBatches};
 pub use memory::MemoryStore;
 pub use open::{check_store_url, open_store, StoreTimeouts, STORE_URL_FORMS};
 pub use path::{validate_path, PathUse, MAX_VALUE_LEN, RESERVED_ROOT};

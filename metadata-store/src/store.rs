@@ -156,6 +156,27 @@ pub trait MetadataStore: Send + Sync + Debug {
         false
     }
 
+    /// Writes like [`put`](Self::put) and returns only the new version, so a
+    /// store may leave out the reads that the rest of the [`Stat`] needs.
+    /// Compare-and-set loops that keep nothing but the version (the managed
+    /// ledger's info and cursor writes, the registry's records) use it. The
+    /// etcd store then sends the bare conditional write (its `Stat` needs the
+    /// counter, creation time and child count read in the same transaction);
+    /// the other stores answer as `put` does. The default calls `put`, so a
+    /// wrapper that does not forward it still passes through itself.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`put`](Self::put).
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        Ok(self.put(path, value, expected).await?.version)
+    }
+
     /// Creates a node with `value` and exactly `version`, as a copy of a record
     /// read from another store (a migration): a client holding that version
     /// can then write the node conditionally here. Missing parents are created
@@ -206,7 +227,9 @@ pub trait MetadataStore: Send + Sync + Debug {
             op: Operation::Put,
             path: path.to_owned(),
             reason: format!(
-                "this metadata store ({self:?}) cannot import sequential counters;                  create and delete sequential children to raise it. The counter was not                  raised to {next}"
+                "this metadata store ({self:?}) cannot import sequential counters; \
+                 create and delete sequential children to raise it. The counter was not \
+                 raised to {next}"
             ),
         })
     }
@@ -221,6 +244,15 @@ impl<T: MetadataStore + ?Sized> MetadataStore for Arc<T> {
 
     async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
         (**self).put(path, value, expected).await
+    }
+
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        (**self).put_version(path, value, expected).await
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {

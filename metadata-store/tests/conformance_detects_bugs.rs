@@ -23,6 +23,8 @@ enum Bug {
     /// A counter import stops one short (the next suffix repeats one the
     /// source gave out).
     CounterImportOneShort,
+    /// `put_version` answers the version the node had, not the new one.
+    PutVersionAnswersTheOldVersion,
 }
 
 #[derive(Debug)]
@@ -48,6 +50,19 @@ impl MetadataStore for Buggy {
             (_, expected) => expected,
         };
         self.inner.put(path, value, expected).await
+    }
+
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        let v = self.put(path, value, expected).await?.version;
+        Ok(match self.bug {
+            Bug::PutVersionAnswersTheOldVersion => v - 1,
+            _ => v,
+        })
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
@@ -136,6 +151,10 @@ async fn detects_each_injected_bug() {
         ),
         (Bug::DeleteOfMissingSucceeds, "delete_versions_and_errors"),
         (Bug::CounterImportOneShort, "sequential_counter_import"),
+        (
+            Bug::PutVersionAnswersTheOldVersion,
+            "put_version_writes_as_put_does",
+        ),
     ];
     for (bug, rule) in cases {
         let report = run_all(&BuggyEnv(bug))

@@ -670,3 +670,94 @@ async fn concurrent_writes_share_requests_and_keep_their_own_outcome() {
     }
     store.close().await.expect("close");
 }
+
+/// Concurrent reads of many nodes share read-only requests, and each gets
+/// its own node back: value, version, children, the ephemeral flag, a missing
+/// node as missing, the root, and values of the largest size side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_share_requests_and_each_gets_its_own_node() {
+    let url = shared().url(&unique_prefix());
+    let store = Arc::new(
+        EtcdStore::connect(&url, options(10))
+            .await
+            .expect("connect"),
+    );
+    let nodes = 24;
+    for i in 0..nodes {
+        let path = format!("/r/n{i}");
+        store
+            .put(&path, format!("v{i}").as_bytes(), ExpectedVersion::Any)
+            .await
+            .expect("seed");
+        for _ in 0..(i % 3) {
+            store
+                .put(&path, format!("v{i}").as_bytes(), ExpectedVersion::Any)
+                .await
+                .expect("rewrite");
+        }
+        for c in 0..(i % 4) {
+            store
+                .put(&format!("{path}/c{c}"), b"", ExpectedVersion::Any)
+                .await
+                .expect("child");
+        }
+    }
+    store
+        .create("/r/eph", b"e", CreateMode::EPHEMERAL)
+        .await
+        .expect("ephemeral");
+    let big = vec![b'x'; bkswitch_metadata_store::MAX_VALUE_LEN];
+    for i in 0..4 {
+        store
+            .put(&format!("/r/big{i}"), &big, ExpectedVersion::Any)
+            .await
+            .expect("a value of the largest size");
+    }
+    let before = store.read_batches();
+    for _ in 0..10 {
+        let mut paths: Vec<String> = (0..nodes).map(|i| format!("/r/n{i}")).collect();
+        paths.extend((0..4).map(|i| format!("/r/big{i}")));
+        paths.extend(["/r/eph", "/r/missing", "/"].map(String::from));
+        let got = futures::future::join_all(paths.iter().map(|p| {
+            let store = store.clone();
+            async move { store.get(p).await }
+        }))
+        .await;
+        for (path, r) in paths.iter().zip(got) {
+            let r = r.unwrap_or_else(|e| panic!("get {path}: {e}"));
+            match path.as_str() {
+                "/r/missing" => assert!(r.is_none(), "{path}: {r:?}"),
+                "/" => {
+                    let r = r.expect("the root");
+                    assert_eq!(r.stat.num_children, 1, "the root has /r");
+                }
+                "/r/eph" => {
+                    let r = r.expect("ephemeral");
+                    assert_eq!(r.value, b"e");
+                    assert!(r.stat.ephemeral);
+                }
+                p if p.starts_with("/r/big") => {
+                    let r = r.expect("big");
+                    assert_eq!(r.value.len(), big.len(), "{p}");
+                    assert!(!r.stat.ephemeral);
+                }
+                p => {
+                    let i: i64 = p["/r/n".len()..].parse().expect("index");
+                    let r = r.unwrap_or_else(|| panic!("{p} missing"));
+                    assert_eq!(r.value, format!("v{i}").as_bytes(), "{p}");
+                    assert_eq!(r.stat.version, i % 3, "{p}");
+                    assert_eq!(r.stat.num_children, i % 4, "{p}");
+                    assert_eq!(r.stat.cversion, i % 4, "{p}");
+                    assert!(!r.stat.ephemeral, "{p}");
+                    assert!(r.stat.created_ms > 0 && r.stat.modified_ms >= r.stat.created_ms);
+                }
+            }
+        }
+    }
+    let after = store.read_batches();
+    assert!(
+        after.requests > before.requests && after.reads >= 2 * (after.requests - before.requests),
+        "concurrent reads should have shared requests: {before:?} → {after:?}"
+    );
+    store.close().await.expect("close");
+}

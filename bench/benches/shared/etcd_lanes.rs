@@ -14,14 +14,16 @@ fn share(iters: u64, lanes: usize, i: usize) -> u64 {
 }
 
 /// `iters` operations of `store` over one lane per key: a `get`, or a `put`
-/// of `value` expecting the version the lane's previous write returned.
-/// Returns the time of all of them.
+/// of `value` expecting the version the lane's previous write returned
+/// (`put_version` instead of `put` with `version_only`). Returns the time of
+/// all of them.
 pub(crate) async fn store_lanes(
     store: &dyn MetadataStore,
     op: PulsarBenchOp,
     keys: &[String],
     iters: u64,
     value: &[u8],
+    version_only: bool,
 ) -> Duration {
     let lanes = keys.len();
     let mut versions = Vec::with_capacity(lanes);
@@ -36,6 +38,12 @@ pub(crate) async fn store_lanes(
                 match op {
                     PulsarBenchOp::Get => {
                         std::hint::black_box(store.get(key).await.expect("get"));
+                    }
+                    PulsarBenchOp::Put if version_only => {
+                        version = store
+                            .put_version(key, value, ExpectedVersion::Exactly(version))
+                            .await
+                            .expect("put_version with version");
                     }
                     PulsarBenchOp::Put => {
                         version = store

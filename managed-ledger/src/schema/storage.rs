@@ -409,7 +409,7 @@ impl SchemaStorage {
         };
         match self
             .store
-            .put(path, &locator.encode_to_vec(), expected)
+            .put_version(path, &locator.encode_to_vec(), expected)
             .await
         {
             Ok(_) => Ok(Attempt::Done(SchemaVersion(next_version))),

@@ -32,7 +32,7 @@ mod batch;
 mod endpoints;
 mod url;
 
-pub use batch::WriteBatches;
+pub use batch::{ReadBatches, WriteBatches};
 pub use url::check_etcd_url;
 
 use std::fmt;
@@ -139,6 +139,7 @@ struct Inner {
     doctor: Option<Arc<endpoints::Doctor>>,
     /// Coalesces concurrent writes of node values (see `batch.rs`).
     batcher: batch::Batcher,
+    read_batcher: batch::Batcher,
 }
 
 /// A [`MetadataStore`] on an etcd cluster (etcd 3.4 or later).
@@ -295,6 +296,7 @@ impl EtcdStore {
             signals,
             doctor: doctor.clone(),
             batcher: batch::Batcher::default(),
+            read_batcher: batch::Batcher::default(),
         });
         if let Some(doctor) = doctor {
             let weak = Arc::downgrade(&inner);
@@ -328,6 +330,18 @@ impl EtcdStore {
         self.inner.batcher.stats()
     }
 
+    /// How many reads (`get`, `exists` and the reads behind watches) left
+    /// together with others in one etcd request so far.
+    ///
+    /// Reads that arrive while the store already has two reads in flight are
+    /// sent together as soon as one completes: their range reads side by side
+    /// in one read-only transaction (at most 16 reads), which etcd serves
+    /// with one linearizable read. A read is never held back waiting for
+    /// company.
+    pub fn read_batches(&self) -> ReadBatches {
+        self.inner.read_batcher.read_stats()
+    }
+
     /// The id of the store's current lease (its session).
     pub fn lease_id(&self) -> i64 {
         self.inner.lease.load(Ordering::Acquire)
@@ -349,7 +363,9 @@ impl Inner {
     }
 
     fn kv(&self) -> KvClient {
-        self.client.kv_client()
+        self.client
+            .kv_client()
+            .max_decoding_message_size(batch::MAX_ANSWER_BYTES)
     }
 
     /// The etcd key of a node.
@@ -512,14 +528,19 @@ impl Inner {
         }
     }
 
-    /// The reads of [`StatReads`] for `path`.
+    /// What a read of `path` asks etcd for, in one transaction: the node,
+    /// its child counter (`c`, `co`), its times and version offset (`m`,
+    /// `o`, `t`: one range, as no other side key's kind sorts between `m`
+    /// and `u`) and its child count; [`read_stat`](Self::read_stat) reads
+    /// the answer.
     fn stat_reads(&self, path: &str) -> Vec<TxnOp> {
         vec![
             TxnOp::get(self.key(path), None),
             self.counter_read(path),
-            TxnOp::get(self.side(path, "m"), None),
-            TxnOp::get(self.side(path, "t"), None),
-            TxnOp::get(self.side(path, "o"), None),
+            TxnOp::get(
+                self.side(path, "m"),
+                Some(GetOptions::new().with_range(self.side(path, "u"))),
+            ),
             self.child_count_read(path),
         ]
     }
@@ -567,12 +588,14 @@ impl Inner {
         modified_ms: i64,
         offset: Option<i64>,
     ) -> Option<Stat> {
-        let node = first_kv(&nth_get(resp, at))?;
-        let (c, _) = counter_of(&nth_get(resp, at + 1));
-        let t = parse_i64(first_kv(&nth_get(resp, at + 2)).as_ref()).unwrap_or(0);
-        let children = nth_get(resp, at + 3).map_or(0, |g| g.count());
-        let o = offset
-            .unwrap_or_else(|| parse_i64(first_kv(&nth_get(resp, at + 4)).as_ref()).unwrap_or(0));
+        let rs = resp.op_responses();
+        let get_at = |i: usize| rs.get(i).and_then(get_resp);
+        let first = |i: usize| get_at(i).and_then(|g| g.kvs().first());
+        let node = first(at)?;
+        let (c, _) = counter_of(&get_at(at + 1).cloned());
+        let t = parse_i64(first(at + 2)).unwrap_or(0);
+        let children = get_at(at + 3).map_or(0, |g| g.count());
+        let o = offset.unwrap_or_else(|| parse_i64(first(at + 4)).unwrap_or(0));
         Some(Stat {
             version: (node.version() - 1).max(0) + o,
             cversion: (2 * c - children).max(0),
@@ -584,18 +607,31 @@ impl Inner {
     }
 
     /// The node read by [`stat_reads`](Self::stat_reads) starting at `at`.
-    fn read_stat(path: &str, resp: &TxnResponse, at: usize) -> Option<(Vec<u8>, Stat)> {
-        let (value, version, lease) = match first_kv(&nth_get(resp, at)) {
+    /// `rs` is the transaction's answers (`op_responses`, which copies
+    /// every answer: taken once by the caller, not once per read).
+    fn read_stat(path: &str, rs: &[TxnOpResponse], at: usize) -> Option<(Vec<u8>, Stat)> {
+        let get_at = |i: usize| rs.get(i).and_then(get_resp);
+        let node = get_at(at).and_then(|g| g.kvs().first());
+        let (value, version, lease) = match node {
             Some(node) => (node.value().to_vec(), node.version() - 1, node.lease()),
             // The root always exists: empty, version 0, until written.
             None if path == "/" => (Vec::new(), 0, 0),
             None => return None,
         };
-        let (c, _) = counter_of(&nth_get(resp, at + 1));
-        let m = parse_i64(first_kv(&nth_get(resp, at + 2)).as_ref());
-        let t = parse_i64(first_kv(&nth_get(resp, at + 3)).as_ref()).unwrap_or(0);
-        let o = parse_i64(first_kv(&nth_get(resp, at + 4)).as_ref()).unwrap_or(0);
-        let children = nth_get(resp, at + 5).map_or(0, |g| g.count());
+        let (c, _) = counter_of(&get_at(at + 1).cloned());
+        let (mut m, mut t, mut o) = (None, 0, 0);
+        if let Some(sides) = get_at(at + 2) {
+            // The range holds only `m`, `o` and `t`: the kind is the last byte.
+            for kv in sides.kvs() {
+                match kv.key().last() {
+                    Some(b'm') => m = parse_i64(Some(kv)),
+                    Some(b't') => t = parse_i64(Some(kv)).unwrap_or(0),
+                    Some(b'o') => o = parse_i64(Some(kv)).unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        let children = get_at(at + 3).map_or(0, |g| g.count());
         let stat = Stat {
             version: version.max(0) + o,
             cversion: (2 * c - children).max(0),
@@ -607,11 +643,9 @@ impl Inner {
         Some((value, stat))
     }
 
-    async fn read(&self, op: Operation, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
-        let resp = self
-            .txn(op, path, Txn::new().and_then(self.stat_reads(path)))
-            .await?;
-        Ok(Self::read_stat(path, &resp, 0))
+    async fn read(self: &Arc<Self>, op: Operation, path: &str) -> Result<Option<(Vec<u8>, Stat)>> {
+        let rs = self.batched_reads(op, path, self.stat_reads(path)).await?;
+        Ok(Self::read_stat(path, &rs, 0))
     }
 
     fn lease_of(&self, mode: CreateMode) -> i64 {
@@ -713,13 +747,12 @@ impl Inner {
                 )
                 .await?;
             if resp.succeeded() {
-                let (_, stat) = Self::read_stat(&actual, &resp, reads_at).ok_or_else(|| {
-                    MetadataError::Internal {
+                let (_, stat) = Self::read_stat(&actual, &resp.op_responses(), reads_at)
+                    .ok_or_else(|| MetadataError::Internal {
                         op,
                         path: path.to_owned(),
                         reason: "the created node was not read back".to_owned(),
-                    }
-                })?;
+                    })?;
                 return Ok((actual, stat));
             }
             let node = first_kv(&nth_get(&resp, 0));
@@ -756,7 +789,12 @@ impl Inner {
     /// Raises the child counter of `path` to at least `next`: one transaction
     /// that writes `c` (so that a sequential create racing it retries) and the
     /// offset `co`, compared on `c`'s version.
-    async fn import_counter(&self, op: Operation, path: &str, next: i64) -> Result<Stat> {
+    async fn import_counter(
+        self: &Arc<Self>,
+        op: Operation,
+        path: &str,
+        next: i64,
+    ) -> Result<Stat> {
         let c_key = self.side(path, "c");
         for _ in 0..1_000 {
             let resp = self
@@ -809,7 +847,7 @@ impl Inner {
                 .txn(op, path, Txn::new().when(when).and_then(ops))
                 .await?;
             if resp.succeeded() {
-                return Self::read_stat(path, &resp, reads_at)
+                return Self::read_stat(path, &resp.op_responses(), reads_at)
                     .map(|(_, stat)| stat)
                     .ok_or_else(|| MetadataError::Internal {
                         op,
@@ -856,13 +894,16 @@ impl Inner {
     }
 
     /// Writes an existing node's value; `expected` is `Any` or `Exactly`.
-    /// `Ok(None)` when the node does not exist (for `Any`).
+    /// `Ok(None)` when the node does not exist (for `Any`). Without
+    /// `with_stat` and with `Exactly`, nothing is read back: only the
+    /// returned version is meaningful.
     async fn update_node(
         self: &Arc<Self>,
         op: Operation,
         path: &str,
         value: &[u8],
         expected: ExpectedVersion,
+        with_stat: bool,
     ) -> Result<Option<Stat>> {
         let key = self.key(path);
         let m = self.side(path, "m");
@@ -919,9 +960,12 @@ impl Inner {
                 ExpectedVersion::Exactly(_) => Some(offset.unwrap_or(0)),
                 _ => None,
             };
-            if fast {
+            // Without a `Stat` wanted and with the version fixed by the
+            // compare, the write is the whole transaction.
+            let bare = fast && !with_stat && known_offset.is_some();
+            if fast && !bare {
                 ops.extend(self.put_stat_reads(path, known_offset.is_none()));
-            } else {
+            } else if !fast {
                 ops.extend(self.stat_reads(path));
             }
             // Concurrent writes of other nodes leave in one request.
@@ -938,10 +982,21 @@ impl Inner {
                 )
                 .await?;
             if resp.succeeded() {
+                if let (true, ExpectedVersion::Exactly(v)) = (bare, expected) {
+                    // Only the version is meant to be read (`put_version`).
+                    return Ok(Some(Stat {
+                        version: v + 1,
+                        cversion: 0,
+                        created_ms: 0,
+                        modified_ms: now,
+                        ephemeral: false,
+                        num_children: 0,
+                    }));
+                }
                 return Ok(if fast {
                     Self::read_put_stat(&resp, reads_at, now, known_offset)
                 } else {
-                    Self::read_stat(path, &resp, reads_at).map(|(_, s)| s)
+                    Self::read_stat(path, &resp.op_responses(), reads_at).map(|(_, s)| s)
                 });
             }
             if fast && first_kv(&nth_get(&resp, 2)).is_none() {
@@ -1184,7 +1239,7 @@ impl MetadataStore for EtcdStore {
                         }
                         ExpectedVersion::Exactly(_) => {
                             return inner
-                                .update_node(op, path, value, expected)
+                                .update_node(op, path, value, expected, true)
                                 .await?
                                 .ok_or_else(|| MetadataError::NotFound {
                                     op,
@@ -1192,7 +1247,8 @@ impl MetadataStore for EtcdStore {
                                 })
                         }
                         ExpectedVersion::Any => {
-                            if let Some(stat) = inner.update_node(op, path, value, expected).await?
+                            if let Some(stat) =
+                                inner.update_node(op, path, value, expected, true).await?
                             {
                                 return Ok(stat);
                             }
@@ -1207,6 +1263,34 @@ impl MetadataStore for EtcdStore {
                         }
                     }
                 }
+            })
+            .await
+    }
+
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        let ExpectedVersion::Exactly(_) = expected else {
+            // Creating, or writing whatever version is there: the version has
+            // to be read anyway.
+            return Ok(self.put(path, value, expected).await?.version);
+        };
+        let op = Operation::Put;
+        check_put_args(path, value, expected)?;
+        let inner = &self.inner;
+        inner
+            .run(op, path, async {
+                inner
+                    .update_node(op, path, value, expected, false)
+                    .await?
+                    .map(|s| s.version)
+                    .ok_or_else(|| MetadataError::NotFound {
+                        op,
+                        path: path.to_owned(),
+                    })
             })
             .await
     }

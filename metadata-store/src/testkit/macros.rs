@@ -43,6 +43,7 @@ macro_rules! metadata_store_conformance_tests {
             root_node,
             version_import_when_offered,
             sequential_counter_import,
+            put_version_writes_as_put_does,
         }
     };
 }

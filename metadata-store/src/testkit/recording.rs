@@ -278,6 +278,23 @@ impl MetadataStore for RecordingStore {
         .await
     }
 
+    async fn put_version(
+        &self,
+        path: &str,
+        value: &[u8],
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        self.recorded(
+            WriteOp::Put,
+            path,
+            value,
+            expected,
+            |v: &i64| *v,
+            || self.inner.put_version(path, value, expected),
+        )
+        .await
+    }
+
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
         let expected = ExpectedVersion::NotExists;
         self.recorded(

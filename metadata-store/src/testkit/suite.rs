@@ -46,6 +46,7 @@ rule_list! {
     children::root_node => "/ always exists, lists the top-level nodes, and cannot be created or deleted",
     versions::version_import_when_offered => "import_version keeps the given version where offered, and is refused (nothing written) elsewhere",
     versions::sequential_counter_import => "import_sequential_counter raises a counter (never lowers it), leaves no child, refuses bad input",
+    versions::put_version_writes_as_put_does => "put_version writes as put does and answers the new version; refused writes change nothing",
 }
 
 /// Run one rule, turning a panic inside it into a failure that names the rule.

@@ -199,7 +199,7 @@ impl Registry {
             reason: format!("cannot encode: {e}"),
         })?;
         crate::failpoints::write_fault(path)?;
-        Ok(self.store.put(path, &bytes, expected).await?.version)
+        Ok(self.store.put_version(path, &bytes, expected).await?)
     }
 
     /// Every registered cluster, sorted by name.

@@ -155,7 +155,7 @@ impl Records {
         bytes: &[u8],
         expected: ExpectedVersion,
     ) -> Result<bool> {
-        match self.store.put(path, bytes, expected).await {
+        match self.store.put_version(path, bytes, expected).await {
             Ok(_) => Ok(true),
             Err(e) if e.is_conflict() => Ok(false),
             Err(e) => Err(OrchestratorError::metadata(format!("writing `{path}`"), e)),

@@ -29,7 +29,8 @@ pub use validation::{invalid_paths_change_nothing, oversized_values_are_rejected
 pub use versions::{
     cas_race_exactly_one_writer_wins, create_if_absent_race_exactly_one_wins, get_put_versions,
     put_creates_parents, put_exactly_on_missing_is_not_found, put_not_exists_on_existing_fails,
-    put_wrong_version_is_bad_version, sequential_counter_import, version_import_when_offered,
+    put_version_writes_as_put_does, put_wrong_version_is_bad_version, sequential_counter_import,
+    version_import_when_offered,
 };
 pub use watches::{
     notify_children_changed, notify_created_modified_deleted, notify_latest_value_is_never_lost,

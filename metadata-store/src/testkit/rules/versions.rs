@@ -398,3 +398,127 @@ pub async fn sequential_counter_import<E: MetadataStoreTestEnv + ?Sized>(env: &E
     close(&[&s, &other]).await;
     Ok(())
 }
+
+/// `put_version` writes as `put` does and answers the new version: the value,
+/// the creation time, the children and the ephemeral flag stay what `put`
+/// would leave; a stale version, a missing node or an existing one (for
+/// `NotExists`) is refused with nothing written; an imported version is
+/// honoured where imports are offered.
+pub async fn put_version_writes_as_put_does<E: MetadataStoreTestEnv + ?Sized>(
+    env: &E,
+) -> RuleResult {
+    let ns = namespace(env).await;
+    let s = session(&*ns).await;
+    let other = session(&*ns).await;
+    assert_eq!(
+        ok(
+            "put_version creating",
+            s.put_version("/pv", b"0", ExpectedVersion::NotExists).await
+        ),
+        0
+    );
+    ok(
+        "child",
+        s.create("/pv/c", b"", CreateMode::PERSISTENT).await,
+    );
+    let before = ok("exists", s.exists("/pv").await).expect("/pv");
+    for v in 0..3 {
+        let value = format!("v{}", v + 1);
+        assert_eq!(
+            ok(
+                "put_version at the version",
+                other
+                    .put_version("/pv", value.as_bytes(), ExpectedVersion::Exactly(v))
+                    .await
+            ),
+            v + 1
+        );
+    }
+    let got = ok("get", s.get("/pv").await).expect("/pv");
+    assert_eq!(got.value, b"v3");
+    assert_eq!(got.stat.version, 3);
+    assert_eq!(got.stat.created_ms, before.created_ms);
+    assert_eq!(got.stat.num_children, 1);
+    assert_eq!(got.stat.cversion, before.cversion);
+    assert!(!got.stat.ephemeral);
+    assert!(got.stat.modified_ms >= before.modified_ms, "{:?}", got.stat);
+    assert_eq!(
+        ok(
+            "put_version any",
+            s.put_version("/pv", b"v4", ExpectedVersion::Any).await
+        ),
+        4
+    );
+    expect_kind(
+        "put_version at a stale version",
+        s.put_version("/pv", b"stale", ExpectedVersion::Exactly(2))
+            .await,
+        ErrorKind::BadVersion,
+    );
+    expect_kind(
+        "put_version NotExists on an existing node",
+        s.put_version("/pv", b"again", ExpectedVersion::NotExists)
+            .await,
+        ErrorKind::AlreadyExists,
+    );
+    expect_kind(
+        "put_version of a missing node",
+        s.put_version("/pv-missing", b"x", ExpectedVersion::Exactly(0))
+            .await,
+        ErrorKind::NotFound,
+    );
+    expect_kind(
+        "put_version with a negative version",
+        s.put_version("/pv", b"neg", ExpectedVersion::Exactly(-1))
+            .await,
+        ErrorKind::InvalidArgument,
+    );
+    let got = ok("get", other.get("/pv").await).expect("/pv");
+    assert_eq!(
+        (got.value.as_slice(), got.stat.version),
+        (&b"v4"[..], 4),
+        "refused writes changed nothing"
+    );
+    assert!(
+        ok("get", s.get("/pv-missing").await).is_none(),
+        "nothing created"
+    );
+    ok(
+        "ephemeral",
+        s.create("/pv-e", b"e0", CreateMode::EPHEMERAL).await,
+    );
+    assert_eq!(
+        ok(
+            "put_version of an ephemeral node",
+            other
+                .put_version("/pv-e", b"e1", ExpectedVersion::Exactly(0))
+                .await
+        ),
+        1
+    );
+    let st = ok("exists", other.exists("/pv-e").await).expect("/pv-e");
+    assert!(st.ephemeral, "still ephemeral: {st:?}");
+    if s.can_import_versions() {
+        ok("import", s.import_version("/pv-imp", b"i7", 7).await);
+        expect_kind(
+            "put_version below the imported version",
+            other
+                .put_version("/pv-imp", b"x", ExpectedVersion::Exactly(0))
+                .await,
+            ErrorKind::BadVersion,
+        );
+        assert_eq!(
+            ok(
+                "put_version on the imported version",
+                other
+                    .put_version("/pv-imp", b"i8", ExpectedVersion::Exactly(7))
+                    .await
+            ),
+            8
+        );
+        let got = ok("get", s.get("/pv-imp").await).expect("/pv-imp");
+        assert_eq!((got.value.as_slice(), got.stat.version), (&b"i8"[..], 8));
+    }
+    close(&[&s, &other]).await;
+    Ok(())
+}
