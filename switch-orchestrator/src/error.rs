@@ -81,7 +81,7 @@ pub enum OrchestratorError {
         switch_id: String,
     },
     /// Cleanup was asked inside the rollback window without `force`.
-    #[error("switch `{switch_id}` is inside its rollback window until {deadline_ms} ms since the epoch; wait, roll back, or pass force=true to clean up now (rollback is then impossible)")]
+    #[error("switch `{switch_id}` is inside its rollback window until {}; wait, roll back, or pass force=true to clean up now (rollback is then impossible)", utc(*.deadline_ms))]
     InsideRollbackWindow {
         /// The switch.
         switch_id: String,
@@ -89,7 +89,7 @@ pub enum OrchestratorError {
         deadline_ms: i64,
     },
     /// Rollback after the window closed.
-    #[error("the rollback window of switch `{switch_id}` closed at {deadline_ms} ms since the epoch; switch forward to the old cluster instead (a new switch)")]
+    #[error("the rollback window of switch `{switch_id}` closed at {}; switch forward to the old cluster instead (a new switch)", utc(*.deadline_ms))]
     RollbackWindowClosed {
         /// The switch.
         switch_id: String,
@@ -355,6 +355,31 @@ mod tests {
     }
 
     #[test]
+    fn rollback_window_errors_name_the_time_in_utc() {
+        let inside = OrchestratorError::InsideRollbackWindow {
+            switch_id: "7".into(),
+            deadline_ms: 1_714_564_800_123,
+        };
+        assert!(
+            inside
+                .to_string()
+                .contains("until 2024-05-01T12:00:00.123Z;"),
+            "{inside}"
+        );
+        let closed = OrchestratorError::RollbackWindowClosed {
+            switch_id: "7".into(),
+            deadline_ms: 951_782_400_000,
+        };
+        assert!(
+            closed
+                .to_string()
+                .contains("closed at 2000-02-29T00:00:00.000Z;"),
+            "{closed}"
+        );
+        assert_eq!(utc(-5), "-5 ms since the epoch");
+    }
+
+    #[test]
     fn client_errors_keep_their_source_retryability() {
         assert!(client(Some(Failure(true))).is_retryable());
         assert!(!client(Some(Failure(false))).is_retryable());
@@ -424,5 +449,17 @@ mod tests {
             .contains("corrupt metadata `/managed-ledgers/t/c`"));
         assert!(metadata.to_string().contains("left it untouched"));
         assert!(!record.is_retryable() && !metadata.is_retryable());
+    }
+}
+
+/// `2024-05-01T12:00:00.123Z` for milliseconds since the Unix epoch (the
+/// number itself when it is before the epoch).
+pub(crate) fn utc(ms: i64) -> String {
+    match u64::try_from(ms) {
+        Ok(ms) => humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        )
+        .to_string(),
+        Err(_) => format!("{ms} ms since the epoch"),
     }
 }
