@@ -329,6 +329,18 @@ impl OrchestratorError {
     }
 }
 
+/// `2024-05-01T12:00:00.123Z` for milliseconds since the Unix epoch (the
+/// number itself when it is before the epoch).
+pub(crate) fn utc(ms: i64) -> String {
+    match u64::try_from(ms) {
+        Ok(ms) => humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        )
+        .to_string(),
+        Err(_) => format!("{ms} ms since the epoch"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bkswitch_bk_client::{BkError, BkErrorKind};
@@ -449,17 +461,5 @@ mod tests {
             .contains("corrupt metadata `/managed-ledgers/t/c`"));
         assert!(metadata.to_string().contains("left it untouched"));
         assert!(!record.is_retryable() && !metadata.is_retryable());
-    }
-}
-
-/// `2024-05-01T12:00:00.123Z` for milliseconds since the Unix epoch (the
-/// number itself when it is before the epoch).
-pub(crate) fn utc(ms: i64) -> String {
-    match u64::try_from(ms) {
-        Ok(ms) => humantime::format_rfc3339_millis(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
-        )
-        .to_string(),
-        Err(_) => format!("{ms} ms since the epoch"),
     }
 }
