@@ -178,11 +178,15 @@ pub enum OrchestratorError {
         source: MetadataError,
     },
     /// Another coordinator holds the switch's lease (or this one lost it).
-    #[error("switch `{switch_id}` is being coordinated by `{holder}`; retry once it finishes or its session ends")]
+    #[error(
+        "{switch_id} is being coordinated by {holder}; retry once it finishes or its session ends"
+    )]
     Locked {
-        /// The switch.
+        /// What the lease guards, as a phrase: ``switch `7` `` or
+        /// ``starting a switch to `new` ``.
         switch_id: String,
-        /// The lease holder.
+        /// The lease holder, as a phrase: its instance id in backticks, or
+        /// why there is none.
         holder: String,
     },
     /// A failpoint injected a crash (only with the `failpoints` feature).
@@ -364,6 +368,19 @@ mod tests {
             reason: "no client".into(),
             source: source.map(|s| Arc::new(s) as Arc<dyn RetryableError>),
         }
+    }
+
+    #[test]
+    fn a_locked_switch_names_it_and_its_holder_once() {
+        let e = OrchestratorError::Locked {
+            switch_id: "switch `7`".into(),
+            holder: "`node-2`".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "switch `7` is being coordinated by `node-2`; retry once it finishes or its \
+             session ends"
+        );
     }
 
     #[test]

@@ -539,14 +539,14 @@ impl Records {
                 Some(r) => Err(OrchestratorError::Locked {
                     switch_id: what.to_owned(),
                     holder: format!(
-                        "{} (coordinator lease `{path}`: one coordinator works on these \
+                        "`{}` (coordinator lease `{path}`: one coordinator works on these \
                          clusters at a time)",
                         String::from_utf8_lossy(&r.value)
                     ),
                 }),
                 None => Err(OrchestratorError::Locked {
                     switch_id: what.to_owned(),
-                    holder: "(released meanwhile)".to_owned(),
+                    holder: "nobody any more (released meanwhile)".to_owned(),
                 }),
             },
             Err(e) => Err(OrchestratorError::metadata(format!("creating `{path}`"), e)),
@@ -567,9 +567,12 @@ impl Records {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => match self.read_node(&path).await? {
                 Some(r) if r.value == me => Ok(()),
-                Some(r) => Err(locked(id, String::from_utf8_lossy(&r.value).into_owned())),
+                Some(r) => Err(locked(
+                    id,
+                    format!("`{}`", String::from_utf8_lossy(&r.value)),
+                )),
                 // Released meanwhile: let the caller retry.
-                None => Err(locked(id, "(released)".to_owned())),
+                None => Err(locked(id, "nobody any more (released)".to_owned())),
             },
             Err(e) => Err(OrchestratorError::metadata(format!("creating `{path}`"), e)),
         }
@@ -596,10 +599,13 @@ impl Records {
     async fn check_lease(&self, id: &str) -> Result<()> {
         match self.read_node(&self.lease_path(id)).await? {
             Some(r) if r.value == self.instance.as_bytes() => Ok(()),
-            Some(r) => Err(locked(id, String::from_utf8_lossy(&r.value).into_owned())),
+            Some(r) => Err(locked(
+                id,
+                format!("`{}`", String::from_utf8_lossy(&r.value)),
+            )),
             None => Err(locked(
                 id,
-                "(none: this coordinator lost its lease)".to_owned(),
+                "nobody (this coordinator lost its lease)".to_owned(),
             )),
         }
     }
@@ -619,7 +625,7 @@ impl Records {
             _ => Err(locked(
                 id,
                 format!(
-                    "(none: this coordinator lost `{path}`, its metadata session ended; \
+                    "nobody (this coordinator lost `{path}`, its metadata session ended; \
                      nothing deleted)"
                 ),
             )),
@@ -653,7 +659,7 @@ impl Drop for LeaseGuard {
 
 fn locked(id: &str, holder: String) -> OrchestratorError {
     OrchestratorError::Locked {
-        switch_id: id.to_owned(),
+        switch_id: format!("switch `{id}`"),
         holder,
     }
 }
