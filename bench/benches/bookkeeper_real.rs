@@ -15,7 +15,10 @@
 //! - `BENCH_WARMUP=N`: adds each client makes before the measurements, default
 //!   60,000;
 //! - `BENCH_RANDOM_READS=N`: random single-entry reads per measurement, default
-//!   5,000, 64 in flight.
+//!   5,000, 64 in flight;
+//! - `BENCH_PERF=1`: also count the bookies' system calls with `perf stat`
+//!   (kernel syscall tracepoints; counting costs the bookies CPU, so the other
+//!   figures of such a run are higher).
 //!
 //! Ledgers are ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, protocol v2
 //! on both sides; the Java client runs without its default throttle
@@ -24,8 +27,17 @@
 //! (CPU and read system calls from `/proc/<pid>/stat` and `/proc/<pid>/io`, per
 //! entry), the TCP segments the machine sent per entry (`OutSegs` of
 //! `/proc/net/snmp`: requests, responses and acknowledgements of every
-//! connection, both directions, loopback), and for the Rust client, how many
-//! requests went out per write system call.
+//! connection, both directions, loopback), each client's own CPU per entry,
+//! and for the Rust client, how many requests went out per write system call.
+//! A second table breaks the bookies' CPU down by thread group (journal,
+//! write and read pools, Netty's I/O threads, the memtable flush, JIT, GC)
+//! with each group's runs on a CPU (wake-ups) per entry, from
+//! `/proc/<pid>/task/<tid>/schedstat`.
+//!
+//! In each round both clients read the same ledger (written earlier in the
+//! round), one after the other: a ledger read right after it was written may
+//! still be in a bookie's memtable, so reading each client's own ledger would
+//! compare different bookie states.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -81,8 +93,133 @@ struct Meter<'a> {
     bk: &'a BookKeeperClient,
     bookies: ProcessUsage,
     me: ProcessUsage,
+    java: ProcessUsage,
     wire: bkswitch_bookkeeper::WireCounts,
     segments: u64,
+    threads: ThreadTimes,
+    perf: Option<PerfStat>,
+}
+
+/// The bookies' system calls over a measurement, counted by `perf stat` on
+/// the kernel's syscall tracepoints, with `BENCH_PERF=1` (counting every
+/// system call costs the bookies CPU: the other figures of such a run are
+/// higher than without it).
+struct PerfStat {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+/// The system calls counted: every one, and those that tell how requests
+/// arrive and threads wake.
+const PERF_EVENTS: &str = "raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
+syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,\
+syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex";
+
+impl PerfStat {
+    fn start(pids: &[u32]) -> Option<PerfStat> {
+        if env_or("BENCH_PERF", 0u32) == 0 || pids.is_empty() {
+            return None;
+        }
+        let out = std::env::temp_dir().join(format!(
+            "bookkeeper-real-perf-{}-{}.csv",
+            std::process::id(),
+            PERF_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let child = std::process::Command::new("perf")
+            .args(["stat", "-x", ",", "-e", PERF_EVENTS, "-p", &pids.join(",")])
+            .arg("-o")
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        // Let it attach to every thread before the measurement starts.
+        std::thread::sleep(Duration::from_millis(300));
+        Some(PerfStat { child, out })
+    }
+
+    /// Stops counting; the counts by system call (`all` for every one).
+    fn stop(mut self) -> BTreeMap<String, u64> {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.out);
+        let mut counts = BTreeMap::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(',').collect();
+            if f.len() < 3 {
+                continue;
+            }
+            let Ok(n) = f[0].trim().parse::<u64>() else {
+                continue;
+            };
+            let name = match f[2].trim() {
+                "raw_syscalls:sys_enter" => "all".to_owned(),
+                e => e.trim_start_matches("syscalls:sys_enter_").to_owned(),
+            };
+            counts.insert(name, n);
+        }
+        counts
+    }
+}
+
+static PERF_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// CPU time and runs on a CPU of the bookies' threads, by thread (from
+/// `/proc/<pid>/task/<tid>/schedstat`, nanoseconds, and `comm`).
+type ThreadTimes = BTreeMap<(u32, u32), (String, u64, u64)>;
+
+fn thread_times(pids: &[u32]) -> ThreadTimes {
+    let mut out = ThreadTimes::new();
+    for &pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let dir = task.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            let sched = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+            let mut f = sched
+                .split_whitespace()
+                .map(|x| x.parse::<u64>().unwrap_or(0));
+            let (Some(ns), _, Some(runs)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            out.insert((pid, tid), (thread_group(comm.trim()), ns, runs));
+        }
+    }
+    out
+}
+
+/// A thread's group: its name without the numbers that tell a pool's
+/// threads apart (`bookie-io-1-3` → `bookie-io`, `GC Thread#1` → `GC Thread`).
+fn thread_group(comm: &str) -> String {
+    comm.trim_end_matches(|c: char| c.is_ascii_digit() || "-_#".contains(c))
+        .to_owned()
+}
+
+/// CPU µs and runs on a CPU per entry of each thread group over a measurement.
+type GroupFigures = BTreeMap<String, (f64, f64)>;
+
+fn group_figures(before: &ThreadTimes, after: &ThreadTimes, entries: f64) -> GroupFigures {
+    let mut groups = GroupFigures::new();
+    for (key, (group, ns, runs)) in after {
+        let (ns0, runs0) = before.get(key).map(|(_, n, r)| (*n, *r)).unwrap_or((0, 0));
+        let g = groups.entry(group.clone()).or_default();
+        g.0 += ns.saturating_sub(ns0) as f64 / 1e3 / entries;
+        g.1 += runs.saturating_sub(runs0) as f64 / entries;
+    }
+    groups
 }
 
 /// The machine's count of TCP segments sent (`OutSegs` of `/proc/net/snmp`).
@@ -110,14 +247,25 @@ impl<'a> Meter<'a> {
             bk,
             bookies: cluster.bookie_usage(),
             me: ProcessUsage::current(),
+            java: java_client_pid().map(ProcessUsage::of).unwrap_or_default(),
             wire: bk.wire_counts(),
             segments: tcp_out_segments(),
+            threads: thread_times(&bookie_pids(cluster)),
+            perf: PerfStat::start(&bookie_pids(cluster)),
         }
     }
 
-    fn finish(self, entries: u64, f: &mut Figures, rust: bool) {
+    /// Fills `f` with the usage over the measurement and gives the bookies'
+    /// CPU by thread group.
+    fn finish(self, entries: u64, f: &mut Figures, rust: bool) -> GroupFigures {
         let bookies = self.cluster.bookie_usage() - self.bookies;
         let n = entries.max(1) as f64;
+        let mut groups = group_figures(&self.threads, &thread_times(&bookie_pids(self.cluster)), n);
+        if let Some(perf) = self.perf {
+            for (call, count) in perf.stop() {
+                groups.insert(format!("syscall {call}"), (0.0, count as f64 / n));
+            }
+        }
         f.bookie_cpu_us = bookies.cpu_seconds * 1e6 / n;
         f.bookie_reads = bookies.read_calls as f64 / n;
         f.segments = tcp_out_segments().saturating_sub(self.segments) as f64 / n;
@@ -127,8 +275,34 @@ impl<'a> Meter<'a> {
             let wire = self.bk.wire_counts();
             let writes = wire.writes - self.wire.writes;
             f.frames_per_write = (wire.frames - self.wire.frames) as f64 / writes.max(1) as f64;
+        } else if let Some(pid) = java_client_pid() {
+            let java = ProcessUsage::of(pid) - self.java;
+            f.client_cpu_us = java.cpu_seconds * 1e6 / n;
         }
+        groups
     }
+}
+
+/// The Java client's JVM (the harness's `BkInterop` helper; this bench starts
+/// one), found by its command line.
+fn java_client_pid() -> Option<u32> {
+    const MAIN_CLASS: &[u8] = b"BkInterop";
+    static PID: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let mut args = cmdline.split(|b| *b == 0);
+            let java = args.next()?.ends_with(b"java");
+            (java && args.any(|a| a == MAIN_CLASS)).then_some(pid)
+        })
+    })
+}
+
+fn bookie_pids(cluster: &BkCluster) -> Vec<u32> {
+    (0..cluster.bookie_count())
+        .filter_map(|i| cluster.bookie_pid(i))
+        .collect()
 }
 
 fn payload(size: u32) -> Bytes {
@@ -219,7 +393,7 @@ async fn rust_random_reads(
         .await
         .unwrap();
     let last = r.last_add_confirmed();
-    let mut rng = fastrand_like(7);
+    let mut next_double = java_random_doubles(7);
     let started = Instant::now();
     let mut bytes = 0usize;
     let mut pending = FuturesUnordered::new();
@@ -228,7 +402,7 @@ async fn rust_random_reads(
             let got: Vec<bkswitch_bk_client::LedgerEntry> = pending.next().await.unwrap();
             bytes += got.iter().map(|e| e.data.len()).sum::<usize>();
         }
-        let e = (rng() % (last as u64 + 1)) as i64;
+        let e = (next_double() * (last + 1) as f64) as i64;
         let r = &r;
         pending.push(async move { r.read_entries(e, e).await.unwrap() });
     }
@@ -243,19 +417,107 @@ async fn rust_random_reads(
     }
 }
 
-/// A small deterministic generator (xorshift), the same sequence every run.
-fn fastrand_like(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed.max(1);
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
+/// The doubles `java.util.Random(seed).nextDouble()` gives, in order: the
+/// Java client's random reads pick their entries with them, so both clients
+/// read the same entries in the same order.
+fn java_random_doubles(seed: i64) -> impl FnMut() -> f64 {
+    const MULTIPLIER: i64 = 0x5DEECE66D;
+    const MASK: i64 = (1 << 48) - 1;
+    let mut state = (seed ^ MULTIPLIER) & MASK;
+    let mut next = move |bits: u32| {
+        state = (state.wrapping_mul(MULTIPLIER).wrapping_add(0xB)) & MASK;
+        state >> (48 - bits)
+    };
+    move || ((next(26) << 27) + next(27)) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// Figures of one point, by client, over the rounds.
 type Series = BTreeMap<(String, u32, u32, &'static str), Vec<Figures>>;
+
+/// The bookies' CPU by thread group of one point, by client, over the rounds.
+type ThreadSeries = BTreeMap<(String, u32, u32, &'static str), Vec<GroupFigures>>;
+
+/// Where the bookies' CPU went, by thread group, Rust against Java: the
+/// groups that took at least 1 % of either client's bookie CPU, medians over
+/// the rounds, and the range over the rounds of the bookies' total.
+fn print_thread_table(series: &Series, threads: &ThreadSeries) {
+    println!();
+    println!(
+        "Where the bookies' CPU went, by thread group (medians; CPU µs and runs on a CPU per entry), \
+         and the bookies' system calls per entry (`perf stat`, in the runs columns):"
+    );
+    println!();
+    println!("| op | entry size | in flight | thread group | Rust CPU µs | Java CPU µs | Rust runs | Java runs |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut points: Vec<_> = series
+        .keys()
+        .filter(|(c, ..)| c == "Rust")
+        .map(|(_, s, i, op)| (*op, *s, *i))
+        .collect();
+    points.sort();
+    for (op, size, inflight) in points {
+        let get = |client: &str| threads.get(&(client.to_owned(), size, inflight, op));
+        let (Some(rust), Some(java)) = (get("Rust"), get("Java")) else {
+            continue;
+        };
+        let col = |rounds: &[GroupFigures], group: &str, runs: bool| {
+            median(
+                rounds
+                    .iter()
+                    .map(|g| g.get(group).map_or(0.0, |v| if runs { v.1 } else { v.0 }))
+                    .collect(),
+            )
+        };
+        let mut groups: Vec<&String> = rust.iter().chain(java).flat_map(|g| g.keys()).collect();
+        groups.sort();
+        groups.dedup();
+        let total = |rounds: &[GroupFigures]| {
+            let v: Vec<f64> = rounds
+                .iter()
+                .map(|g| g.values().map(|x| x.0).sum())
+                .collect();
+            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().cloned().fold(0.0, f64::max);
+            (median(v), lo, hi)
+        };
+        let (rt, rlo, rhi) = total(rust);
+        let (jt, jlo, jhi) = total(java);
+        let mut rows: Vec<(f64, String)> = groups
+            .into_iter()
+            .filter_map(|g| {
+                let (r, j) = (col(rust, g, false), col(java, g, false));
+                if let Some(call) = g.strip_prefix("syscall ") {
+                    // System calls per entry, in the "runs" columns.
+                    return Some((
+                        -1.0,
+                        format!(
+                            "| {op} | {size} | {inflight} | system calls: {call} | – | – | {:.2} | {:.2} |",
+                            col(rust, g, true),
+                            col(java, g, true)
+                        ),
+                    ));
+                }
+                (r >= rt * 0.01 || j >= jt * 0.01).then(|| {
+                    (
+                        r.max(j),
+                        format!(
+                            "| {op} | {size} | {inflight} | {g} | {r:.1} | {j:.1} | {:.2} | {:.2} |",
+                            col(rust, g, true),
+                            col(java, g, true)
+                        ),
+                    )
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        for (_, row) in rows {
+            println!("{row}");
+        }
+        println!(
+            "| {op} | {size} | {inflight} | all (range over rounds) | {rt:.1} ({rlo:.1}–{rhi:.1}) | {jt:.1} ({jlo:.1}–{jhi:.1}) | | |"
+        );
+    }
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -305,6 +567,7 @@ fn main() {
         .unwrap();
 
         let mut series: Series = BTreeMap::new();
+        let mut threads: ThreadSeries = BTreeMap::new();
         for round in 0..rounds {
             for &size in &sizes {
                 for &inflight in &inflights {
@@ -317,6 +580,7 @@ fn main() {
                     } else {
                         ["Java", "Rust"]
                     };
+                    let mut written = Vec::new();
                     for client in order {
                         let rust = client == "Rust";
                         let meter = Meter::start(&cluster, &bk);
@@ -345,16 +609,26 @@ fn main() {
                                 j.ledger_id,
                             )
                         };
-                        meter.finish(u64::from(n), &mut f, rust);
-                        series
-                            .entry((client.to_owned(), size, inflight, "add"))
-                            .or_default()
-                            .push(f);
-                        if inflight != 64 {
-                            continue;
-                        }
-                        // Read back what the same client wrote: sequential
-                        // batches of 100, then random single entries.
+                        let g = meter.finish(u64::from(n), &mut f, rust);
+                        let key = (client.to_owned(), size, inflight, "add");
+                        threads.entry(key.clone()).or_default().push(g);
+                        series.entry(key).or_default().push(f);
+                        written.push(ledger);
+                    }
+                    if inflight != 64 {
+                        continue;
+                    }
+                    // Both clients read the same ledger (the one written
+                    // first in this round, by each client in turn), one after
+                    // the other in the round's order: the bookies hold it in
+                    // the same state for both (a ledger read right after it
+                    // was written may still be in a bookie's memtable, one
+                    // written earlier is read from its entry log).
+                    let ledger = written[0];
+                    for client in order {
+                        let rust = client == "Rust";
+                        // Sequential batches of 100, then random single
+                        // entries.
                         let meter = Meter::start(&cluster, &bk);
                         let (mut f, read) = if rust {
                             rust_sequential_reads(&bk, ledger).await
@@ -371,11 +645,10 @@ fn main() {
                                 j.entries,
                             )
                         };
-                        meter.finish(read, &mut f, rust);
-                        series
-                            .entry((client.to_owned(), size, 100, "sequential read"))
-                            .or_default()
-                            .push(f);
+                        let g = meter.finish(read, &mut f, rust);
+                        let key = (client.to_owned(), size, 100, "sequential read");
+                        threads.entry(key.clone()).or_default().push(g);
+                        series.entry(key).or_default().push(f);
                         let meter = Meter::start(&cluster, &bk);
                         let mut f = if rust {
                             rust_random_reads(&bk, ledger, random_reads, 64).await
@@ -389,11 +662,10 @@ fn main() {
                                 ..Figures::default()
                             }
                         };
-                        meter.finish(u64::from(random_reads), &mut f, rust);
-                        series
-                            .entry((client.to_owned(), size, 64, "random read"))
-                            .or_default()
-                            .push(f);
+                        let g = meter.finish(u64::from(random_reads), &mut f, rust);
+                        let key = (client.to_owned(), size, 64, "random read");
+                        threads.entry(key.clone()).or_default().push(g);
+                        series.entry(key).or_default().push(f);
                     }
                 }
             }
@@ -405,10 +677,10 @@ fn main() {
         );
         println!();
         println!(
-            "| op | entry size | in flight | client | entries/s | MiB/s | p50 µs | p99 µs | \
+            "| op | entry size | in flight | client | entries/s | entries/s, range over rounds | MiB/s | p50 µs | p99 µs | \
              bookie CPU µs/entry | bookie read calls/entry | TCP segments/entry | client CPU µs/entry | requests/write |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         let mut keys: Vec<_> = series.keys().cloned().collect();
         keys.sort_by_key(|(c, s, i, op)| (*op, *s, *i, c != "Rust"));
         for key in keys {
@@ -417,18 +689,21 @@ fn main() {
             let (client, size, inflight, op) = key;
             let rust = client == "Rust";
             println!(
-                "| {op} | {size} | {inflight} | {client} | {:.0} | {:.1} | {} | {} | {:.1} | {:.2} | {:.2} | {} | {} |",
+                "| {op} | {size} | {inflight} | {client} | {:.0} | {:.0}–{:.0} | {:.1} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} | {} |",
                 col(|f| f.entries_per_sec),
+                v.iter().map(|f| f.entries_per_sec).fold(f64::INFINITY, f64::min),
+                v.iter().map(|f| f.entries_per_sec).fold(0.0, f64::max),
                 col(|f| f.mib_per_sec),
                 if op == "add" { format!("{:.0}", col(|f| f.p50_us)) } else { "–".into() },
                 if op == "add" { format!("{:.0}", col(|f| f.p99_us)) } else { "–".into() },
                 col(|f| f.bookie_cpu_us),
                 col(|f| f.bookie_reads),
                 col(|f| f.segments),
-                if rust { format!("{:.1}", col(|f| f.client_cpu_us)) } else { "–".into() },
+                col(|f| f.client_cpu_us),
                 if rust { format!("{:.1}", col(|f| f.frames_per_write)) } else { "–".into() },
             );
         }
+        print_thread_table(&series, &threads);
         bk.close().await.unwrap();
     });
 }
