@@ -16,7 +16,8 @@
 //!   60,000;
 //! - `BENCH_RANDOM_READS=N`: random single-entry reads per measurement, default
 //!   5,000, 64 in flight;
-//! - `BENCH_PERF=1`: also count the bookies' system calls with `perf stat`
+//! - `BENCH_PERF=1`: also count the bookies' system calls, in all and by
+//!   thread group, with `perf stat --per-thread`
 //!   (kernel syscall tracepoints; counting costs the bookies CPU, so the other
 //!   figures of such a run are higher).
 //!
@@ -31,8 +32,8 @@
 //! and for the Rust client, how many requests went out per write system call.
 //! A second table breaks the bookies' CPU down by thread group (journal,
 //! write and read pools, Netty's I/O threads, the memtable flush, JIT, GC)
-//! with each group's runs on a CPU (wake-ups) per entry, from
-//! `/proc/<pid>/task/<tid>/schedstat`.
+//! with each group's runs on a CPU (wake-ups) and moves between CPUs per
+//! entry, from `/proc/<pid>/task/<tid>/schedstat` and `sched`.
 //!
 //! In each round both clients read the same ledger (written earlier in the
 //! round), one after the other: a ledger read right after it was written may
@@ -112,8 +113,9 @@ struct PerfStat {
 /// The system calls counted: every one, and those that tell how requests
 /// arrive and threads wake.
 const PERF_EVENTS: &str = "raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
-syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,\
-syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex";
+syscalls:sys_enter_sendto,syscalls:sys_enter_read,syscalls:sys_enter_pread64,\
+syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_wait,\
+syscalls:sys_enter_futex";
 
 impl PerfStat {
     fn start(pids: &[u32]) -> Option<PerfStat> {
@@ -127,7 +129,8 @@ impl PerfStat {
         ));
         let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
         let child = std::process::Command::new("perf")
-            .args(["stat", "-x", ",", "-e", PERF_EVENTS, "-p", &pids.join(",")])
+            .args(["stat", "--per-thread", "-x", ",", "-e", PERF_EVENTS])
+            .args(["-p", &pids.join(",")])
             .arg("-o")
             .arg(&out)
             .stdout(std::process::Stdio::null())
@@ -139,7 +142,9 @@ impl PerfStat {
         Some(PerfStat { child, out })
     }
 
-    /// Stops counting; the counts by system call (`all` for every one).
+    /// Stops counting; the counts by system call (`all` for every one),
+    /// summed over the bookies' threads (`write`) and by thread group
+    /// (`write in bookie-io`).
     fn stop(mut self) -> BTreeMap<String, u64> {
         let _ = std::process::Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
@@ -149,18 +154,25 @@ impl PerfStat {
         let _ = std::fs::remove_file(&self.out);
         let mut counts = BTreeMap::new();
         for line in text.lines() {
+            // `<comm>-<tid>,<count>,<unit>,<event>,…`
             let f: Vec<&str> = line.split(',').collect();
-            if f.len() < 3 {
+            if f.len() < 4 {
                 continue;
             }
-            let Ok(n) = f[0].trim().parse::<u64>() else {
+            let Ok(n) = f[1].trim().parse::<u64>() else {
                 continue;
             };
-            let name = match f[2].trim() {
+            let Some((comm, _tid)) = f[0].trim().rsplit_once('-') else {
+                continue;
+            };
+            let call = match f[3].trim() {
                 "raw_syscalls:sys_enter" => "all".to_owned(),
                 e => e.trim_start_matches("syscalls:sys_enter_").to_owned(),
             };
-            counts.insert(name, n);
+            *counts
+                .entry(format!("{call} in {}", thread_group(comm)))
+                .or_default() += n;
+            *counts.entry(call).or_default() += n;
         }
         counts
     }
@@ -168,9 +180,10 @@ impl PerfStat {
 
 static PERF_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// CPU time and runs on a CPU of the bookies' threads, by thread (from
-/// `/proc/<pid>/task/<tid>/schedstat`, nanoseconds, and `comm`).
-type ThreadTimes = BTreeMap<(u32, u32), (String, u64, u64)>;
+/// CPU time, runs on a CPU and moves between CPUs of the bookies' threads,
+/// by thread (from `/proc/<pid>/task/<tid>/schedstat`, nanoseconds, `sched`
+/// and `comm`).
+type ThreadTimes = BTreeMap<(u32, u32), (String, u64, u64, u64)>;
 
 fn thread_times(pids: &[u32]) -> ThreadTimes {
     let mut out = ThreadTimes::new();
@@ -195,7 +208,17 @@ fn thread_times(pids: &[u32]) -> ThreadTimes {
             let (Some(ns), _, Some(runs)) = (f.next(), f.next(), f.next()) else {
                 continue;
             };
-            out.insert((pid, tid), (thread_group(comm.trim()), ns, runs));
+            let migrations = std::fs::read_to_string(dir.join("sched"))
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("se.nr_migrations"))
+                .and_then(|l| l.rsplit(':').next())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            out.insert(
+                (pid, tid),
+                (thread_group(comm.trim()), ns, runs, migrations),
+            );
         }
     }
     out
@@ -208,16 +231,23 @@ fn thread_group(comm: &str) -> String {
         .to_owned()
 }
 
-/// CPU µs and runs on a CPU per entry of each thread group over a measurement.
+/// CPU µs and runs on a CPU per entry of each thread group over a
+/// measurement; under `migrations in <group>`, the group's moves from one CPU
+/// to another per entry (in the second place).
 type GroupFigures = BTreeMap<String, (f64, f64)>;
 
 fn group_figures(before: &ThreadTimes, after: &ThreadTimes, entries: f64) -> GroupFigures {
     let mut groups = GroupFigures::new();
-    for (key, (group, ns, runs)) in after {
-        let (ns0, runs0) = before.get(key).map(|(_, n, r)| (*n, *r)).unwrap_or((0, 0));
+    for (key, (group, ns, runs, moves)) in after {
+        let (ns0, runs0, moves0) = before
+            .get(key)
+            .map(|(_, n, r, m)| (*n, *r, *m))
+            .unwrap_or((0, 0, 0));
         let g = groups.entry(group.clone()).or_default();
         g.0 += ns.saturating_sub(ns0) as f64 / 1e3 / entries;
         g.1 += runs.saturating_sub(runs0) as f64 / entries;
+        let m = groups.entry(format!("migrations in {group}")).or_default();
+        m.1 += moves.saturating_sub(moves0) as f64 / entries;
     }
     groups
 }
@@ -328,8 +358,10 @@ async fn rust_adds(
             r.unwrap();
             latencies.push(took);
         }
-        let add = w.add_entry(payload.clone());
+        // From before the call, as the Java side times it (the call encodes
+        // and sends the entry).
         let sent = Instant::now();
+        let add = w.add_entry(payload.clone());
         pending.push(async move {
             let r = add.await;
             (r, sent.elapsed())
@@ -486,8 +518,25 @@ fn print_thread_table(series: &Series, threads: &ThreadSeries) {
             .into_iter()
             .filter_map(|g| {
                 let (r, j) = (col(rust, g, false), col(java, g, false));
+                if let Some(group) = g.strip_prefix("migrations in ") {
+                    // Moves between CPUs per entry, in the "runs" columns.
+                    let (rm, jm) = (col(rust, g, true), col(java, g, true));
+                    return (rm.max(jm) >= 0.01).then(|| {
+                        (
+                            -0.5,
+                            format!(
+                                "| {op} | {size} | {inflight} | moves between CPUs: {group} | – | – | {rm:.2} | {jm:.2} |"
+                            ),
+                        )
+                    });
+                }
                 if let Some(call) = g.strip_prefix("syscall ") {
-                    // System calls per entry, in the "runs" columns.
+                    // System calls per entry, in the "runs" columns; by
+                    // thread group only where they are frequent.
+                    let (rc, jc) = (col(rust, g, true), col(java, g, true));
+                    if call.contains(" in ") && rc.max(jc) < 0.05 {
+                        return None;
+                    }
                     return Some((
                         -1.0,
                         format!(
