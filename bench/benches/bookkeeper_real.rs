@@ -11,7 +11,8 @@
 //!   64 KiB entries;
 //! - `BENCH_INFLIGHT=1,64,256,1024`: the adds in flight measured;
 //! - `BENCH_SIZES=1024,65536`: the entry sizes;
-//! - `BENCH_ROUNDS=N`: rounds, default 5 (medians are reported);
+//! - `BENCH_ROUNDS=N`: rounds, default 6 (medians are reported; an even
+//!   number lets each client go first as often);
 //! - `BENCH_WARMUP=N`: adds each client makes before the measurements, default
 //!   60,000;
 //! - `BENCH_RANDOM_READS=N`: random single-entry reads per measurement, default
@@ -19,7 +20,13 @@
 //! - `BENCH_PERF=1`: also count the bookies' system calls, in all and by
 //!   thread group, with `perf stat --per-thread`
 //!   (kernel syscall tracepoints; counting costs the bookies CPU, so the other
-//!   figures of such a run are higher).
+//!   figures of such a run are higher), and the interrupts their threads
+//!   send to other CPUs (`ipi:ipi_send_cpu`, `ipi:ipi_send_cpumask`: a
+//!   wake-up of a thread on another CPU); `BENCH_PERF=2` counts only those,
+//!   which hardly moves the other figures;
+//! - `BENCH_PIN=1`: the bookies on CPU 0, both clients on CPU 1;
+//! - `BENCH_BOOKIE_JVM_ARGS`, `BENCH_PHASES=1`: extra JVM arguments for the
+//!   bookies, and each measurement's start and end on stderr (see `main`).
 //!
 //! Ledgers are ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, protocol v2
 //! on both sides; the Java client runs without its default throttle
@@ -44,7 +51,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bkswitch_bk_client::{BookKeeper, DigestType, LedgerConfig, ReadHandle, WriteHandle};
-use bkswitch_bk_harness::{BenchAddOptions, BkCluster, JavaClient, ProcessUsage};
+use bkswitch_bk_harness::{
+    unique_ledgers_root, BenchAddOptions, BkCluster, BkClusterBuilder, JavaClient, ProcessUsage,
+};
 use bkswitch_bookkeeper::{BookKeeperClient, ClientConfig};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -115,13 +124,21 @@ struct PerfStat {
 const PERF_EVENTS: &str = "raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
 syscalls:sys_enter_sendto,syscalls:sys_enter_read,syscalls:sys_enter_pread64,\
 syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_wait,\
-syscalls:sys_enter_futex";
+syscalls:sys_enter_futex,ipi:ipi_send_cpu,ipi:ipi_send_cpumask";
+
+/// With `BENCH_PERF=2`, only the interrupts the bookies' threads send to
+/// other CPUs (to wake a thread there): few events, so counting them hardly
+/// moves the other figures.
+const PERF_IPI_EVENTS: &str = "ipi:ipi_send_cpu,ipi:ipi_send_cpumask";
 
 impl PerfStat {
     fn start(pids: &[u32]) -> Option<PerfStat> {
-        if env_or("BENCH_PERF", 0u32) == 0 || pids.is_empty() {
-            return None;
-        }
+        let events = match env_or("BENCH_PERF", 0u32) {
+            _ if pids.is_empty() => return None,
+            0 => return None,
+            2 => PERF_IPI_EVENTS,
+            _ => PERF_EVENTS,
+        };
         let out = std::env::temp_dir().join(format!(
             "bookkeeper-real-perf-{}-{}.csv",
             std::process::id(),
@@ -129,7 +146,7 @@ impl PerfStat {
         ));
         let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
         let child = std::process::Command::new("perf")
-            .args(["stat", "--per-thread", "-x", ",", "-e", PERF_EVENTS])
+            .args(["stat", "--per-thread", "-x", ",", "-e", events])
             .args(["-p", &pids.join(",")])
             .arg("-o")
             .arg(&out)
@@ -167,6 +184,7 @@ impl PerfStat {
             };
             let call = match f[3].trim() {
                 "raw_syscalls:sys_enter" => "all".to_owned(),
+                "ipi:ipi_send_cpu" | "ipi:ipi_send_cpumask" => "IPI sent".to_owned(),
                 e => e.trim_start_matches("syscalls:sys_enter_").to_owned(),
             };
             *counts
@@ -183,7 +201,9 @@ static PERF_SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::ne
 /// CPU time, runs on a CPU and moves between CPUs of the bookies' threads,
 /// by thread (from `/proc/<pid>/task/<tid>/schedstat`, nanoseconds, `sched`
 /// and `comm`).
-type ThreadTimes = BTreeMap<(u32, u32), (String, u64, u64, u64)>;
+/// The last place: the thread's system (kernel) CPU time in clock ticks
+/// (`stat`'s `stime`, 1/100 s, sampled at each tick).
+type ThreadTimes = BTreeMap<(u32, u32), (String, u64, u64, u64, u64)>;
 
 fn thread_times(pids: &[u32]) -> ThreadTimes {
     let mut out = ThreadTimes::new();
@@ -215,9 +235,17 @@ fn thread_times(pids: &[u32]) -> ThreadTimes {
                 .and_then(|l| l.rsplit(':').next())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .unwrap_or(0);
+            // `stat`'s fields after the command (which may hold spaces):
+            // state is the 3rd field, stime the 15th.
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            let stime = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(12))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
             out.insert(
                 (pid, tid),
-                (thread_group(comm.trim()), ns, runs, migrations),
+                (thread_group(comm.trim()), ns, runs, migrations, stime),
             );
         }
     }
@@ -233,21 +261,24 @@ fn thread_group(comm: &str) -> String {
 
 /// CPU µs and runs on a CPU per entry of each thread group over a
 /// measurement; under `migrations in <group>`, the group's moves from one CPU
-/// to another per entry (in the second place).
+/// to another per entry (in the second place); under `kernel in <group>`, the
+/// group's CPU µs per entry in the kernel, from clock ticks (second place).
 type GroupFigures = BTreeMap<String, (f64, f64)>;
 
 fn group_figures(before: &ThreadTimes, after: &ThreadTimes, entries: f64) -> GroupFigures {
     let mut groups = GroupFigures::new();
-    for (key, (group, ns, runs, moves)) in after {
-        let (ns0, runs0, moves0) = before
+    for (key, (group, ns, runs, moves, stime)) in after {
+        let (ns0, runs0, moves0, stime0) = before
             .get(key)
-            .map(|(_, n, r, m)| (*n, *r, *m))
-            .unwrap_or((0, 0, 0));
+            .map(|(_, n, r, m, k)| (*n, *r, *m, *k))
+            .unwrap_or((0, 0, 0, 0));
         let g = groups.entry(group.clone()).or_default();
         g.0 += ns.saturating_sub(ns0) as f64 / 1e3 / entries;
         g.1 += runs.saturating_sub(runs0) as f64 / entries;
         let m = groups.entry(format!("migrations in {group}")).or_default();
         m.1 += moves.saturating_sub(moves0) as f64 / entries;
+        let k = groups.entry(format!("kernel in {group}")).or_default();
+        k.1 += stime.saturating_sub(stime0) as f64 * 1e4 / entries;
     }
     groups
 }
@@ -270,8 +301,20 @@ fn tcp_out_segments() -> u64 {
         .unwrap_or(0)
 }
 
+/// With `BENCH_PHASES=1`, prints a measurement's start or end to stderr, in
+/// ms since the epoch (to line it up with the bookies' own logs).
+fn phase(what: &str) {
+    if env_or("BENCH_PHASES", 0u32) != 0 {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        eprintln!("phase {ms} {what}");
+    }
+}
+
 impl<'a> Meter<'a> {
     fn start(cluster: &'a BkCluster, bk: &'a BookKeeperClient) -> Meter<'a> {
+        phase("start");
         Meter {
             cluster,
             bk,
@@ -288,6 +331,7 @@ impl<'a> Meter<'a> {
     /// Fills `f` with the usage over the measurement and gives the bookies'
     /// CPU by thread group.
     fn finish(self, entries: u64, f: &mut Figures, rust: bool) -> GroupFigures {
+        phase(if rust { "end Rust" } else { "end Java" });
         let bookies = self.cluster.bookie_usage() - self.bookies;
         let n = entries.max(1) as f64;
         let mut groups = group_figures(&self.threads, &thread_times(&bookie_pids(self.cluster)), n);
@@ -327,6 +371,28 @@ fn java_client_pid() -> Option<u32> {
             (java && args.any(|a| a == MAIN_CLASS)).then_some(pid)
         })
     })
+}
+
+/// With `BENCH_PIN=1`: every thread of the bookies on CPU 0, both clients'
+/// (this process and the Java client's JVM) on CPU 1. The bookies' threads
+/// then wake each other on their own CPU, with no interrupt to another one,
+/// whatever the client's load on the other CPU.
+fn pin_processes(cluster: &BkCluster) {
+    let pin = |cpu: &str, pid: u32| {
+        let ok = std::process::Command::new("taskset")
+            .args(["-a", "-cp", cpu, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "taskset could not pin process {pid} to CPU {cpu}");
+    };
+    for pid in bookie_pids(cluster) {
+        pin("0", pid);
+    }
+    pin("1", std::process::id());
+    if let Some(pid) = java_client_pid() {
+        pin("1", pid);
+    }
 }
 
 fn bookie_pids(cluster: &BkCluster) -> Vec<u32> {
@@ -472,6 +538,48 @@ type ThreadSeries = BTreeMap<(String, u32, u32, &'static str), Vec<GroupFigures>
 /// Where the bookies' CPU went, by thread group, Rust against Java: the
 /// groups that took at least 1 % of either client's bookie CPU, medians over
 /// the rounds, and the range over the rounds of the bookies' total.
+/// The bookies' CPU per entry round by round, with which client went first:
+/// the second client of a round meets the bookies as the first one left them
+/// (their caches, their memtable), so a median over an odd number of rounds
+/// puts one client first more often than the other.
+/// The points measured (operation, entry size, in flight), in order.
+fn points(series: &Series) -> Vec<(&'static str, u32, u32)> {
+    let mut points: Vec<_> = series
+        .keys()
+        .filter(|(c, ..)| c == "Rust")
+        .map(|(_, s, i, op)| (*op, *s, *i))
+        .collect();
+    points.sort();
+    points
+}
+
+fn print_round_table(series: &Series) {
+    println!();
+    println!(
+        "The bookies' CPU µs per entry, round by round (Rust / Java; `R` or `J`: who went first):"
+    );
+    println!();
+    for (op, size, inflight) in points(series) {
+        let get = |client: &str| series.get(&(client.to_owned(), size, inflight, op));
+        let (Some(rust), Some(java)) = (get("Rust"), get("Java")) else {
+            continue;
+        };
+        let rounds: Vec<String> = rust
+            .iter()
+            .zip(java)
+            .enumerate()
+            .map(|(i, (r, j))| {
+                let first = if i % 2 == 0 { 'R' } else { 'J' };
+                format!("{first} {:.1} / {:.1}", r.bookie_cpu_us, j.bookie_cpu_us)
+            })
+            .collect();
+        println!(
+            "- {op}, {size} B, {inflight} in flight: {}",
+            rounds.join("; ")
+        );
+    }
+}
+
 fn print_thread_table(series: &Series, threads: &ThreadSeries) {
     println!();
     println!(
@@ -481,13 +589,7 @@ fn print_thread_table(series: &Series, threads: &ThreadSeries) {
     println!();
     println!("| op | entry size | in flight | thread group | Rust CPU µs | Java CPU µs | Rust runs | Java runs |");
     println!("|---|---|---|---|---|---|---|---|");
-    let mut points: Vec<_> = series
-        .keys()
-        .filter(|(c, ..)| c == "Rust")
-        .map(|(_, s, i, op)| (*op, *s, *i))
-        .collect();
-    points.sort();
-    for (op, size, inflight) in points {
+    for (op, size, inflight) in points(series) {
         let get = |client: &str| threads.get(&(client.to_owned(), size, inflight, op));
         let (Some(rust), Some(java)) = (get("Rust"), get("Java")) else {
             continue;
@@ -526,6 +628,20 @@ fn print_thread_table(series: &Series, threads: &ThreadSeries) {
                             -0.5,
                             format!(
                                 "| {op} | {size} | {inflight} | moves between CPUs: {group} | – | – | {rm:.2} | {jm:.2} |"
+                            ),
+                        )
+                    });
+                }
+                if let Some(group) = g.strip_prefix("kernel in ") {
+                    // CPU µs per entry in the kernel (from clock ticks), in
+                    // the "runs" columns, for groups that use much CPU.
+                    let (rk, jk) = (col(rust, g, true), col(java, g, true));
+                    let (ru, ju) = (col(rust, group, false), col(java, group, false));
+                    return (ru.max(ju) >= rt.max(jt) * 0.1).then(|| {
+                        (
+                            -0.4,
+                            format!(
+                                "| {op} | {size} | {inflight} | of which in the kernel (ticks): {group} | – | – | {rk:.1} | {jk:.1} |"
                             ),
                         )
                     });
@@ -580,12 +696,28 @@ fn main() {
     }
     bkswitch_bk_harness::require_bk();
     let entries: u32 = env_or("BENCH_ENTRIES", 20_000);
-    let rounds: usize = env_or("BENCH_ROUNDS", 5);
+    let rounds: usize = env_or("BENCH_ROUNDS", 6);
     let warmup: u32 = env_or("BENCH_WARMUP", 60_000);
     let random_reads: u32 = env_or("BENCH_RANDOM_READS", 5_000);
     let inflights = env_list("BENCH_INFLIGHT", &[1, 64, 256, 1024]);
     let sizes = env_list("BENCH_SIZES", &[1024, 65536]);
-    let cluster = BkCluster::on_shared_zk(3);
+    // `BENCH_BOOKIE_JVM_ARGS`: extra JVM arguments for the bookies (space
+    // separated), e.g. a `-Xlog:jit+compilation=debug:file=...:timemillis`
+    // to see what their JIT compiles during which measurement (with
+    // `BENCH_PHASES=1`, which prints each measurement's start and end in ms
+    // since the epoch to stderr).
+    let mut builder = BkClusterBuilder::new(
+        &bkswitch_zk_harness::shared().connect_string(),
+        &unique_ledgers_root(),
+    )
+    .bookies(3);
+    for arg in std::env::var("BENCH_BOOKIE_JVM_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        builder = builder.jvm_arg(arg);
+    }
+    let cluster = builder.start();
     // Pulsar turns the Java client's add/read throttle (5,000 permits/s by
     // default) off; so does this comparison.
     let java = JavaClient::builder(&cluster.metadata_service_uri())
@@ -601,10 +733,13 @@ fn main() {
             BookKeeperClient::connect(&cluster.metadata_service_uri(), ClientConfig::default())
                 .await
                 .unwrap();
+        if env_or("BENCH_PIN", 0u32) != 0 {
+            pin_processes(&cluster);
+        }
         // Warm up: connections, and above all the JVMs' JIT compilers (a
         // profile of a short warm-up showed half of all CPU in the bookies'
         // compiler threads).
-        rust_adds(&bk, warmup, 1024, 64).await;
+        let (_, warm_ledger) = rust_adds(&bk, warmup, 1024, 64).await;
         java.bench_add(&BenchAddOptions {
             entries: warmup,
             size: 1024,
@@ -614,6 +749,16 @@ fn main() {
             ack_quorum: 2,
         })
         .unwrap();
+        // And the bookies' read path: without it, their JIT compiles it
+        // during the first round's reads (thousands of compilations in the
+        // first reads, a few dozen later), charged to whichever client read
+        // first.
+        rust_sequential_reads(&bk, warm_ledger).await;
+        rust_random_reads(&bk, warm_ledger, random_reads, 64).await;
+        tokio::task::block_in_place(|| {
+            java.bench_read(warm_ledger, 100).unwrap();
+            java.bench_random_read(warm_ledger, random_reads, 64).unwrap();
+        });
 
         let mut series: Series = BTreeMap::new();
         let mut threads: ThreadSeries = BTreeMap::new();
@@ -753,6 +898,7 @@ fn main() {
             );
         }
         print_thread_table(&series, &threads);
+        print_round_table(&series);
         bk.close().await.unwrap();
     });
 }
