@@ -25,6 +25,9 @@
 //!   wake-up of a thread on another CPU); `BENCH_PERF=2` counts only those,
 //!   which hardly moves the other figures;
 //! - `BENCH_PIN=1`: the bookies on CPU 0, both clients on CPU 1;
+//! - `BENCH_RUST_WORKERS=N`: the Rust client's runtime's worker threads,
+//!   default 2;
+//! - `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies;
 //! - `BENCH_BOOKIE_JVM_ARGS`, `BENCH_PHASES=1`: extra JVM arguments for the
 //!   bookies, and each measurement's start and end on stderr (see `main`).
 //!
@@ -106,6 +109,7 @@ struct Meter<'a> {
     java: ProcessUsage,
     wire: bkswitch_bookkeeper::WireCounts,
     segments: u64,
+    links: [u64; 4],
     threads: ThreadTimes,
     perf: Option<PerfStat>,
 }
@@ -301,6 +305,66 @@ fn tcp_out_segments() -> u64 {
         .unwrap_or(0)
 }
 
+/// The kinds of TCP segment counted on the connections between the clients
+/// and the bookies, in the order [`link_segments`] gives them.
+const LINK_SEGMENTS: [&str; 4] = [
+    "client, with data",
+    "client, acknowledgement only",
+    "bookies, with data",
+    "bookies, acknowledgement only",
+];
+
+/// The TCP segments sent so far on every open connection to a bookie port,
+/// from `ss -tin` (the kernel's `segs_out` and `data_segs_out` of each
+/// socket), by side: the client's segments with data and without (pure
+/// acknowledgements and window updates), then the bookies'. Only one client
+/// talks to the bookies during a measurement, so the difference over it is
+/// that client's.
+fn link_segments(ports: &[u16]) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    let Ok(o) = std::process::Command::new("ss").arg("-tinH").output() else {
+        return out;
+    };
+    let text = String::from_utf8_lossy(&o.stdout);
+    let port = |addr: &str| {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+    };
+    let mut side: Option<usize> = None;
+    for line in text.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            // `ESTAB <recv-q> <send-q> <local> <peer>`
+            let f: Vec<&str> = line.split_whitespace().collect();
+            side = match (
+                f.get(3).and_then(|a| port(a)),
+                f.get(4).and_then(|a| port(a)),
+            ) {
+                (Some(l), _) if ports.contains(&l) => Some(2),
+                (_, Some(p)) if ports.contains(&p) => Some(0),
+                _ => None,
+            };
+            continue;
+        }
+        let Some(at) = side.take() else { continue };
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(name))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let (all, data) = (field("segs_out:"), field("data_segs_out:"));
+        out[at] += data;
+        out[at + 1] += all.saturating_sub(data);
+    }
+    out
+}
+
+fn bookie_ports(cluster: &BkCluster) -> Vec<u16> {
+    (0..cluster.bookie_count())
+        .map(|i| cluster.bookie_port(i))
+        .collect()
+}
+
 /// With `BENCH_PHASES=1`, prints a measurement's start or end to stderr, in
 /// ms since the epoch (to line it up with the bookies' own logs).
 fn phase(what: &str) {
@@ -323,6 +387,7 @@ impl<'a> Meter<'a> {
             java: java_client_pid().map(ProcessUsage::of).unwrap_or_default(),
             wire: bk.wire_counts(),
             segments: tcp_out_segments(),
+            links: link_segments(&bookie_ports(cluster)),
             threads: thread_times(&bookie_pids(cluster)),
             perf: PerfStat::start(&bookie_pids(cluster)),
         }
@@ -343,6 +408,11 @@ impl<'a> Meter<'a> {
         f.bookie_cpu_us = bookies.cpu_seconds * 1e6 / n;
         f.bookie_reads = bookies.read_calls as f64 / n;
         f.segments = tcp_out_segments().saturating_sub(self.segments) as f64 / n;
+        let links = link_segments(&bookie_ports(self.cluster));
+        for (i, name) in LINK_SEGMENTS.iter().enumerate() {
+            let sent = links[i].saturating_sub(self.links[i]) as f64 / n;
+            groups.insert(format!("segments {name}"), (0.0, sent));
+        }
         if rust {
             let me = ProcessUsage::current() - self.me;
             f.client_cpu_us = me.cpu_seconds * 1e6 / n;
@@ -556,7 +626,8 @@ fn points(series: &Series) -> Vec<(&'static str, u32, u32)> {
 fn print_round_table(series: &Series) {
     println!();
     println!(
-        "The bookies' CPU µs per entry, round by round (Rust / Java; `R` or `J`: who went first):"
+        "The bookies' CPU µs per entry, round by round (Rust / Java; `R` or `J`: who went first; \
+         for adds also the p99 and the rate):"
     );
     println!();
     for (op, size, inflight) in points(series) {
@@ -570,12 +641,43 @@ fn print_round_table(series: &Series) {
             .enumerate()
             .map(|(i, (r, j))| {
                 let first = if i % 2 == 0 { 'R' } else { 'J' };
-                format!("{first} {:.1} / {:.1}", r.bookie_cpu_us, j.bookie_cpu_us)
+                if op == "add" {
+                    format!(
+                        "{first} {:.1} / {:.1} (p99 {:.1} / {:.1} ms, {:.0} / {:.0} entries/s)",
+                        r.bookie_cpu_us,
+                        j.bookie_cpu_us,
+                        r.p99_us / 1e3,
+                        j.p99_us / 1e3,
+                        r.entries_per_sec,
+                        j.entries_per_sec
+                    )
+                } else {
+                    format!("{first} {:.1} / {:.1}", r.bookie_cpu_us, j.bookie_cpu_us)
+                }
             })
             .collect();
+        // Each client goes first in half of an even number of rounds, so the
+        // mean over the rounds weighs both places alike; a median of an even
+        // number can fall on either.
+        let mean = |v: &[Figures], g: fn(&Figures) -> f64| {
+            v.iter().map(g).sum::<f64>() / v.len().max(1) as f64
+        };
         println!(
-            "- {op}, {size} B, {inflight} in flight: {}",
-            rounds.join("; ")
+            "- {op}, {size} B, {inflight} in flight: {}; mean {:.1} / {:.1} µs, {:.0} / {:.0} entries/s{}",
+            rounds.join("; "),
+            mean(rust, |f| f.bookie_cpu_us),
+            mean(java, |f| f.bookie_cpu_us),
+            mean(rust, |f| f.entries_per_sec),
+            mean(java, |f| f.entries_per_sec),
+            if op == "add" {
+                format!(
+                    ", p99 {:.1} / {:.1} ms",
+                    mean(rust, |f| f.p99_us) / 1e3,
+                    mean(java, |f| f.p99_us) / 1e3
+                )
+            } else {
+                String::new()
+            }
         );
     }
 }
@@ -631,6 +733,15 @@ fn print_thread_table(series: &Series, threads: &ThreadSeries) {
                             ),
                         )
                     });
+                }
+                if let Some(kind) = g.strip_prefix("segments ") {
+                    let (rs, js) = (col(rust, g, true), col(java, g, true));
+                    return Some((
+                        -0.3,
+                        format!(
+                            "| {op} | {size} | {inflight} | TCP segments sent to or by the bookies: {kind} | – | – | {rs:.2} | {js:.2} |"
+                        ),
+                    ));
                 }
                 if let Some(group) = g.strip_prefix("kernel in ") {
                     // CPU µs per entry in the kernel (from clock ticks), in
@@ -711,6 +822,15 @@ fn main() {
         &unique_ledgers_root(),
     )
     .bookies(3);
+    // `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies' conf,
+    // separated by spaces (e.g. Pulsar's storage, `ledgerStorageClass=
+    // org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage`).
+    for line in std::env::var("BENCH_BOOKIE_CONF")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        builder = builder.conf(line);
+    }
     for arg in std::env::var("BENCH_BOOKIE_JVM_ARGS")
         .unwrap_or_default()
         .split_whitespace()
@@ -724,7 +844,7 @@ fn main() {
         .conf("throttle", "0")
         .start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(env_or("BENCH_RUST_WORKERS", 2))
         .enable_all()
         .build()
         .unwrap();
