@@ -13,6 +13,10 @@
 //! - `BENCH_SIZES=1024,65536`: the entry sizes;
 //! - `BENCH_ROUNDS=N`: rounds, default 6 (medians are reported; an even
 //!   number lets each client go first as often);
+//! - `BENCH_DISCARD_ROUNDS=N`: rounds run before those and not reported,
+//!   default 1 (in A/A runs the first round after the warm-up was the
+//!   slowest and costliest for the bookies of all, for either client: an
+//!   outlier that only one of the two places meets);
 //! - `BENCH_WARMUP=N`: adds each client makes before the measurements, default
 //!   60,000;
 //! - `BENCH_RANDOM_READS=N`: random single-entry reads per measurement, default
@@ -29,7 +33,11 @@
 //!   default 2;
 //! - `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies;
 //! - `BENCH_BOOKIE_JVM_ARGS`, `BENCH_PHASES=1`: extra JVM arguments for the
-//!   bookies, and each measurement's start and end on stderr (see `main`).
+//!   bookies, and each measurement's start and end on stderr (see `main`);
+//! - `BENCH_AA=rust` or `BENCH_AA=java`: an A/A run, the same client in both
+//!   places (the columns keep their names, "Rust" for the place that goes
+//!   first in even rounds): the spread of its ratios is the bench's own noise,
+//!   against which a gap between the two clients is read.
 //!
 //! Ledgers are ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, protocol v2
 //! on both sides; the Java client runs without its default throttle
@@ -808,10 +816,26 @@ fn main() {
     bkswitch_bk_harness::require_bk();
     let entries: u32 = env_or("BENCH_ENTRIES", 20_000);
     let rounds: usize = env_or("BENCH_ROUNDS", 6);
+    let discard: usize = env_or("BENCH_DISCARD_ROUNDS", 1);
     let warmup: u32 = env_or("BENCH_WARMUP", 60_000);
     let random_reads: u32 = env_or("BENCH_RANDOM_READS", 5_000);
     let inflights = env_list("BENCH_INFLIGHT", &[1, 64, 256, 1024]);
     let sizes = env_list("BENCH_SIZES", &[1024, 65536]);
+    let aa = std::env::var("BENCH_AA").ok();
+    // Which client measures in a place ("Rust" or "Java"): its own, or in an
+    // A/A run the same one in both.
+    let runs_rust = |place: &str| match aa.as_deref() {
+        Some("rust") => true,
+        Some("java") => false,
+        Some(other) => panic!("BENCH_AA={other}: expected `rust` or `java`"),
+        None => place == "Rust",
+    };
+    if let Some(client) = &aa {
+        println!(
+            "A/A run: both places (columns \"Rust\" and \"Java\") measure the {client} client."
+        );
+        println!();
+    }
     // `BENCH_BOOKIE_JVM_ARGS`: extra JVM arguments for the bookies (space
     // separated), e.g. a `-Xlog:jit+compilation=debug:file=...:timemillis`
     // to see what their JIT compiles during which measurement (with
@@ -882,21 +906,24 @@ fn main() {
 
         let mut series: Series = BTreeMap::new();
         let mut threads: ThreadSeries = BTreeMap::new();
-        for round in 0..rounds {
+        for round in 0..discard + rounds {
+            // The rounds before `discard` are run and forgotten; the reported
+            // ones alternate from their first.
+            let kept = round.checked_sub(discard);
             for &size in &sizes {
                 for &inflight in &inflights {
                     let mut n = if inflight == 1 { entries / 10 } else { entries };
                     if size > 4096 {
                         n /= 16;
                     }
-                    let order = if round % 2 == 0 {
+                    let order = if kept.unwrap_or(round) % 2 == 0 {
                         ["Rust", "Java"]
                     } else {
                         ["Java", "Rust"]
                     };
                     let mut written = Vec::new();
                     for client in order {
-                        let rust = client == "Rust";
+                        let rust = runs_rust(client);
                         let meter = Meter::start(&cluster, &bk);
                         let (mut f, ledger) = if rust {
                             rust_adds(&bk, n, size, inflight as usize).await
@@ -925,8 +952,10 @@ fn main() {
                         };
                         let g = meter.finish(u64::from(n), &mut f, rust);
                         let key = (client.to_owned(), size, inflight, "add");
-                        threads.entry(key.clone()).or_default().push(g);
-                        series.entry(key).or_default().push(f);
+                        if kept.is_some() {
+                            threads.entry(key.clone()).or_default().push(g);
+                            series.entry(key).or_default().push(f);
+                        }
                         written.push(ledger);
                     }
                     if inflight != 64 {
@@ -940,7 +969,7 @@ fn main() {
                     // written earlier is read from its entry log).
                     let ledger = written[0];
                     for client in order {
-                        let rust = client == "Rust";
+                        let rust = runs_rust(client);
                         // Sequential batches of 100, then random single
                         // entries.
                         let meter = Meter::start(&cluster, &bk);
@@ -961,8 +990,10 @@ fn main() {
                         };
                         let g = meter.finish(read, &mut f, rust);
                         let key = (client.to_owned(), size, 100, "sequential read");
-                        threads.entry(key.clone()).or_default().push(g);
-                        series.entry(key).or_default().push(f);
+                        if kept.is_some() {
+                            threads.entry(key.clone()).or_default().push(g);
+                            series.entry(key).or_default().push(f);
+                        }
                         let meter = Meter::start(&cluster, &bk);
                         let mut f = if rust {
                             rust_random_reads(&bk, ledger, random_reads, 64).await
@@ -978,14 +1009,16 @@ fn main() {
                         };
                         let g = meter.finish(u64::from(random_reads), &mut f, rust);
                         let key = (client.to_owned(), size, 64, "random read");
-                        threads.entry(key.clone()).or_default().push(g);
-                        series.entry(key).or_default().push(f);
+                        if kept.is_some() {
+                            threads.entry(key.clone()).or_default().push(g);
+                            series.entry(key).or_default().push(f);
+                        }
                     }
                 }
             }
         }
         println!(
-            "Median of {rounds} rounds ({entries} entries of 1 KiB at 64+ in flight, {} at 1; \
+            "Median of {rounds} rounds, after {discard} not reported ({entries} entries of 1 KiB at 64+ in flight, {} at 1; \
              a sixteenth of that at 64 KiB; {random_reads} random reads):",
             entries / 10
         );
@@ -1001,7 +1034,7 @@ fn main() {
             let v = &series[&key];
             let col = |g: fn(&Figures) -> f64| median(v.iter().map(g).collect());
             let (client, size, inflight, op) = key;
-            let rust = client == "Rust";
+            let rust = runs_rust(&client);
             println!(
                 "| {op} | {size} | {inflight} | {client} | {:.0} | {:.0}–{:.0} | {:.1} | {} | {} | {:.1} | {:.2} | {:.2} | {:.1} | {} |",
                 col(|f| f.entries_per_sec),
