@@ -14,9 +14,9 @@
 //! - `BENCH_ROUNDS=N`: rounds, default 6 (medians are reported; an even
 //!   number lets each client go first as often);
 //! - `BENCH_DISCARD_ROUNDS=N`: rounds run before those and not reported,
-//!   default 1 (in A/A runs the first round after the warm-up was the
-//!   slowest and costliest for the bookies of all, for either client: an
-//!   outlier that only one of the two places meets);
+//!   default 1 (the first round after the warm-up was the costliest for the
+//!   bookies of a whole run, in A/A runs too: an outlier that only one of the
+//!   two places meets);
 //! - `BENCH_WARMUP=N`: adds each client makes before the measurements, default
 //!   60,000;
 //! - `BENCH_RANDOM_READS=N`: random single-entry reads per measurement, default
@@ -822,12 +822,18 @@ fn main() {
     let inflights = env_list("BENCH_INFLIGHT", &[1, 64, 256, 1024]);
     let sizes = env_list("BENCH_SIZES", &[1024, 65536]);
     let aa = std::env::var("BENCH_AA").ok();
+    // Checked before any bookie starts, so that a typo costs nothing.
+    if let Some(other) = aa.as_deref().filter(|c| !["rust", "java"].contains(c)) {
+        eprintln!(
+            "BENCH_AA={other}: not a client; set BENCH_AA=rust or BENCH_AA=java for an A/A run, \
+             or leave it unset to measure Rust against Java"
+        );
+        std::process::exit(2);
+    }
     // Which client measures in a place ("Rust" or "Java"): its own, or in an
     // A/A run the same one in both.
     let runs_rust = |place: &str| match aa.as_deref() {
-        Some("rust") => true,
-        Some("java") => false,
-        Some(other) => panic!("BENCH_AA={other}: expected `rust` or `java`"),
+        Some(client) => client == "rust",
         None => place == "Rust",
     };
     if let Some(client) = &aa {
