@@ -24,9 +24,10 @@ use serde_json::Value;
 
 use crate::wire::{
     CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterRecord, ClusterStatus, ErrorBody,
-    MigrationStartRequest, MigrationStatusDoc, NodeStatus, PrecheckResult, PromoteCursorRequest,
-    PromoteCursorResponse, ReadMode, ReadModeRequest, ReadModeResponse, RegisterRequest,
-    RollbackRequest, SwitchRequest, SwitchStatusDoc, BASE_PATH, MIGRATION_PATH,
+    MigrationPlanDoc, MigrationStartRequest, MigrationStatusDoc, NodeStatus, PrecheckResult,
+    PromoteCursorRequest, PromoteCursorResponse, ReadMode, ReadModeRequest, ReadModeResponse,
+    RegisterRequest, RollbackRequest, SwitchRequest, SwitchStatusDoc, WipeTarget, BASE_PATH,
+    MIGRATION_PATH,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -498,23 +499,44 @@ impl AdminClient {
     }
 
     /// `POST /admin/v2/metadata/migration`: starts moving the metadata store
-    /// to `target_url` (the leader of the coordinator election runs it).
+    /// to `target_url` (the leader of the coordinator election runs it);
+    /// `wipe_target` confirms the wipe of a non-empty target by naming its
+    /// root (see [`plan_migration`](Self::plan_migration)).
     ///
     /// # Errors
     ///
     /// [`ClientError::Api`] with 400 for a target that cannot be used (a bad
-    /// URL, the source itself, a non-empty target without `wipe_target`),
-    /// 409 while a migration, a bookie-cluster switch or a canary is
-    /// unfinished; the other [`ClientError`]s.
+    /// URL, one overlapping the source or a bookie cluster's metadata, a
+    /// non-empty target whose wipe is not confirmed), 409 while a migration,
+    /// a bookie-cluster switch or a canary is unfinished, 503 when the
+    /// target cannot be reached; the other [`ClientError`]s.
     pub async fn start_migration(
         &self,
         target_url: &str,
-        wipe_target: bool,
+        wipe_target: Option<&str>,
     ) -> Result<MigrationStatusDoc, ClientError> {
         let url = format!("{}{MIGRATION_PATH}", self.root);
         let body = MigrationStartRequest {
             target_url: target_url.to_owned(),
-            wipe_target,
+            wipe_target: wipe_target.map(|r| WipeTarget::Root(r.to_owned())),
+            dry_run: false,
+        };
+        self.call_url(Method::POST, url, Some(to_body(&body))).await
+    }
+
+    /// `POST /admin/v2/metadata/migration` with `dryRun`: every check of a
+    /// start, and what the target holds (what a wipe confirmed by naming
+    /// [`MigrationPlanDoc::root`] deletes). Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`start_migration`](Self::start_migration).
+    pub async fn plan_migration(&self, target_url: &str) -> Result<MigrationPlanDoc, ClientError> {
+        let url = format!("{}{MIGRATION_PATH}", self.root);
+        let body = MigrationStartRequest {
+            target_url: target_url.to_owned(),
+            wipe_target: None,
+            dry_run: true,
         };
         self.call_url(Method::POST, url, Some(to_body(&body))).await
     }

@@ -119,7 +119,7 @@ async fn trims_wait_out_the_pause_and_resume_after_the_flip() {
     assert!(session.is_available());
 
     let admin = AdminClient::new(node.url(), ADMIN).unwrap();
-    let started = admin.start_migration("memory://new", false).await.unwrap();
+    let started = admin.start_migration("memory://new", None).await.unwrap();
     assert_eq!(started.phase, "PREPARATION");
     let mut c = Coordinator::resume(source(&stores), &stores, CoordinatorOptions::default())
         .await
@@ -209,16 +209,16 @@ async fn rest_starts_shows_refuses_and_aborts_a_migration() {
     .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["field"], "wipe", "{body}");
-    let e = admin.start_migration("bogus://x", false).await.unwrap_err();
+    let e = admin.start_migration("bogus://x", None).await.unwrap_err();
     let (status, msg) = api_status(&e);
     assert_eq!(status, 400);
     assert!(msg.contains("bogus://x"), "{msg}");
-    let (status, msg) = api_status(&admin.start_migration("", false).await.unwrap_err());
+    let (status, msg) = api_status(&admin.start_migration("", None).await.unwrap_err());
     assert_eq!(status, 400);
     assert!(msg.contains("empty"), "{msg}");
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://old", false)
+            .start_migration("memory://old", None)
             .await
             .unwrap_err(),
     );
@@ -232,7 +232,7 @@ async fn rest_starts_shows_refuses_and_aborts_a_migration() {
         .unwrap();
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://new", false)
+            .start_migration("memory://new", None)
             .await
             .unwrap_err(),
     );
@@ -255,7 +255,10 @@ async fn rest_starts_shows_refuses_and_aborts_a_migration() {
     assert_eq!(stored_record(&stores).await, None);
 
     // Start (wiping the target): the record is written.
-    let started = admin.start_migration("memory://new", true).await.unwrap();
+    let started = admin
+        .start_migration("memory://new", Some("/"))
+        .await
+        .unwrap();
     assert_eq!(started.phase, "PREPARATION");
     assert_eq!(started.source_url, "memory://old");
     assert_eq!(started.target_url, "memory://new");
@@ -273,7 +276,7 @@ async fn rest_starts_shows_refuses_and_aborts_a_migration() {
     // and the record stays as it was.
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://other", false)
+            .start_migration("memory://other", None)
             .await
             .unwrap_err(),
     );
@@ -325,7 +328,7 @@ async fn rest_starts_shows_refuses_and_aborts_a_migration() {
     let aborted_record = stored_record(&stores).await.unwrap();
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://new", true)
+            .start_migration("memory://new", Some("/"))
             .await
             .unwrap_err(),
     );
@@ -346,7 +349,7 @@ async fn a_node_without_participant_cannot_start_one() {
     let admin = AdminClient::new(node.url(), ADMIN).unwrap();
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://new", false)
+            .start_migration("memory://new", None)
             .await
             .unwrap_err(),
     );
@@ -383,7 +386,7 @@ async fn the_leader_runs_the_migration_and_the_next_leader_finishes_it() {
     wait_for("a leader", || a.sync().is_leader() || b.sync().is_leader()).await;
     let (leader, other) = if a.sync().is_leader() { (a, b) } else { (b, a) };
     let admin = AdminClient::new(other.url(), ADMIN).unwrap();
-    admin.start_migration("memory://new", false).await.unwrap();
+    admin.start_migration("memory://new", None).await.unwrap();
 
     // The leader copies; stop it mid-copy (its participant goes with it).
     let deadline = Instant::now() + WAIT;
@@ -510,7 +513,7 @@ async fn an_unfinished_canary_blocks_a_migration() {
     let before = stored_record(&stores).await;
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://new", false)
+            .start_migration("memory://new", None)
             .await
             .unwrap_err(),
     );
@@ -545,7 +548,7 @@ async fn a_migration_and_a_switch_started_at_once_never_both_begin() {
         let admin_b = AdminClient::new(b.url(), ADMIN).unwrap();
         admin_a.register("new", "memory://new", None).await.unwrap();
         let (migration, switch) = tokio::join!(
-            admin_a.start_migration("memory://target", false),
+            admin_a.start_migration("memory://target", None),
             admin_b.switch("new")
         );
         let migrating = read_current(&stores.session("old"))
@@ -599,7 +602,7 @@ async fn the_start_lock_refuses_while_held_and_goes_with_its_session() {
     assert!(msg.contains("node-9") && msg.contains("a canary"), "{msg}");
     let (status, msg) = api_status(
         &admin
-            .start_migration("memory://target", false)
+            .start_migration("memory://target", None)
             .await
             .unwrap_err(),
     );

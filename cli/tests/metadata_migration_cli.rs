@@ -93,6 +93,7 @@ async fn start_status_and_abort_through_the_cli() {
             "--target-url",
             "memory://new",
             "--wipe-target",
+            "/",
         ],
     )
     .await;

@@ -213,8 +213,12 @@ fn clusters(url: &str, args: &[&str]) -> (i32, String, String) {
 
 fn start(url: &str, target: &str, wipe: bool) -> Result<String, String> {
     let mut args = vec!["metadata-migration", "start", "--target-url", target];
+    // A wipe is confirmed by naming the target's root.
+    let root = bkswitch_metadata_migration::StoreLocation::parse(target)
+        .map(|l| l.root)
+        .unwrap_or_default();
     if wipe {
-        args.push("--wipe-target");
+        args.extend(["--wipe-target", root.as_str()]);
     }
     let (code, out, err) = clusters(url, &args);
     if code == 0 {

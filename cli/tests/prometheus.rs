@@ -176,7 +176,7 @@ async fn prometheus_scrapes_a_switch() {
         bkswitch_zk_harness::unique_chroot()
     );
     let admin = AdminClient::new(&node_url, ADMIN).unwrap();
-    admin.start_migration(&zk, false).await.unwrap();
+    admin.start_migration(&zk, None).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let m = admin.migration_status().await.unwrap();

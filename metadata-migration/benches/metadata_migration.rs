@@ -73,7 +73,8 @@ async fn migrate(topics: usize) -> Run {
             id: Some("bench".to_owned()),
             source_url: "memory://src".to_owned(),
             target_url: "memory://dst".to_owned(),
-            wipe_target: false,
+            wipe_target: None,
+            protected: Vec::new(),
         },
         CoordinatorOptions {
             poll_interval: Duration::from_millis(1),

@@ -172,7 +172,8 @@ fn main() {
                 id: None,
                 source_url: zk_url.clone(),
                 target_url: etcd_url.clone(),
-                wipe_target: false,
+                wipe_target: None,
+                protected: Vec::new(),
             },
             CoordinatorOptions::default(),
         )

@@ -11,13 +11,14 @@ use bkswitch_metadata_store::{
 use crate::opener::StoreOpener;
 use crate::participant::DirtyPage;
 use crate::record::{
-    corrupt, dirty_path, joined_path, now_ms, read_current, record_path, write_record,
-    MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
+    corrupt, dirty_path, joined_path, read_current, record_path, write_record, MigrationRecord,
+    ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
 };
 use crate::sync::{
     compare_node, skipped, sync_batch, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
     BATCH,
 };
+use crate::target::{refused, ProtectedRoot};
 
 /// What to migrate.
 #[derive(Debug, Clone)]
@@ -29,8 +30,16 @@ pub struct MigrationRequest {
     pub source_url: String,
     /// URL of the target store.
     pub target_url: String,
-    /// Delete everything in a non-empty target first (otherwise refused).
-    pub wipe_target: bool,
+    /// Confirms a wipe of a non-empty target: the target's root as the
+    /// store names it (`/`, `/pulsar`), equal to
+    /// [`TargetPlan::root`](crate::TargetPlan::root). `None`: a non-empty
+    /// target is refused. A wipe never deletes what the migration does not
+    /// own (see [`TargetPlan::check_wipe`](crate::TargetPlan::check_wipe)).
+    pub wipe_target: Option<String>,
+    /// Roots that belong to others (the metadata roots of the registered
+    /// bookie clusters): a target that is, holds or lies inside one is
+    /// refused.
+    pub protected: Vec<ProtectedRoot>,
 }
 
 /// Settings of the [`Coordinator`].
@@ -84,137 +93,27 @@ pub struct Coordinator {
     peak_walk: usize,
 }
 
-fn refused(url: &str, reason: String) -> MetadataError {
-    MetadataError::InvalidArgument {
-        op: Operation::Connect,
-        path: url.to_owned(),
-        reason,
-    }
-}
-
 impl Coordinator {
-    /// Starts a migration: checks that none is running and that the target
-    /// is empty (or wipes it when asked), then writes the record in
-    /// PREPARATION and points [`CURRENT_PATH`] at it.
-    ///
-    /// # Errors
-    ///
-    /// `InvalidArgument` when a migration is running, the target is the
-    /// source, or the target is not empty and `wipe_target` is off (nothing
-    /// is written anywhere); errors of the stores.
-    pub async fn start(
+    /// The coordinator of a migration just recorded (see
+    /// [`StartPlan::start`](crate::StartPlan::start)).
+    pub(crate) fn begin(
         source: Arc<dyn MetadataStore>,
-        opener: &dyn StoreOpener,
-        request: MigrationRequest,
+        target: Arc<dyn MetadataStore>,
+        record: MigrationRecord,
+        version: i64,
         options: CoordinatorOptions,
-    ) -> Result<Coordinator> {
-        if let Some((rec, _)) = read_current(source.as_ref()).await? {
-            if !rec.phase.is_terminal() {
-                return Err(refused(
-                    &request.target_url,
-                    format!(
-                        "migration {} to {} is still running (phase {:?}); wait for it or \
-                         abort it first",
-                        rec.id, rec.target_url, rec.phase
-                    ),
-                ));
-            }
-        }
-        if request.target_url == request.source_url {
-            return Err(refused(
-                &request.target_url,
-                "the target is the source store; name another store".to_owned(),
-            ));
-        }
-        let target = opener.open(&request.target_url).await?;
-        // Nodes still registered in the target use it: they have not
-        // followed an earlier migration away from it yet (or run on it by
-        // mistake). Wiping it, or copying into it, would leave them writing
-        // where nobody reads.
-        let mut users = match target.children(PARTICIPANTS_PATH).await {
-            Ok(names) => names,
-            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        if !users.is_empty() {
-            users.sort();
-            users.truncate(5);
-            return Err(refused(
-                &request.target_url,
-                format!(
-                    "nodes still use the target metadata store (participants {}): they have \
-                     not followed an earlier migration away from it yet, or are configured \
-                     with it. Wait until they moved (or stop them) and start again. Nothing \
-                     was written",
-                    users.join(", ")
-                ),
-            ));
-        }
-        let mut present: Vec<String> = target
-            .children("/")
-            .await?
-            .into_iter()
-            .filter(|n| n != "zookeeper")
-            .collect();
-        if !present.is_empty() {
-            if !request.wipe_target {
-                present.truncate(5);
-                return Err(refused(
-                    &request.target_url,
-                    format!(
-                        "the target metadata store is not empty (it holds /{} …); a migration \
-                         needs an empty target: empty it, or start again with wipe_target to \
-                         delete its content. Nothing was written",
-                        present.join(", /")
-                    ),
-                ));
-            }
-            for name in target.children("/").await? {
-                if name != "zookeeper" {
-                    target.delete_recursive(&format!("/{name}")).await?;
-                }
-            }
-        }
-        let id = request
-            .id
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let now = now_ms();
-        let record = MigrationRecord {
-            id: id.clone(),
-            source_url: request.source_url,
-            target_url: request.target_url,
-            phase: Phase::Preparation,
-            round: 0,
-            wipe_target: request.wipe_target,
-            copy_cursor: None,
-            copied: 0,
-            caught_up: 0,
-            rescans: 0,
-            verified: false,
-            pause_nodes: 0,
-            pause_ms: 0,
-            created_ms: now,
-            updated_ms: now,
-            error: None,
-        };
-        let value = serde_json::to_vec(&record).expect("serializes");
-        let stat = source
-            .put(&record_path(&id), &value, ExpectedVersion::NotExists)
-            .await?;
-        source
-            .put(CURRENT_PATH, id.as_bytes(), ExpectedVersion::Any)
-            .await?;
-        Ok(Coordinator {
+    ) -> Coordinator {
+        Coordinator {
             source,
             target,
             record,
-            version: stat.version,
+            version,
             options,
             walk: None,
             suspects: None,
             pause_started: None,
             peak_walk: 0,
-        })
+        }
     }
 
     /// Takes over the current migration from its record (after the previous
@@ -450,78 +349,85 @@ impl Coordinator {
     /// Waits until every live participant acknowledged the current request.
     /// `Err(names)` when some did not in time.
     ///
-    /// In the pause (`paused`), a participant that joined this migration
-    /// (its marker) but is not registered right now is waited for too: its
-    /// session may have ended while its process lives on and still writes
-    /// through an open gate until it registers again and sees the pause. It
-    /// is presumed dead (a crashed process) once `ack_timeout` passed
-    /// without it, and is then not named among the lagging: the pause covers
-    /// it with a re-scan (see [`collect`](Self::collect)).
+    /// Not waited for: a participant whose registration is gone (its
+    /// session ended: it refuses writes until it registered again, and is
+    /// waited for from then on), and one superseded by a later registration
+    /// of the same node (a restarted process: the old one is gone). Both
+    /// are covered by one re-scan instead (see [`collect`](Self::collect)).
+    /// In the pause (`paused`) an acknowledgement must also say PAUSED.
     async fn wait_acks(&self, paused: bool) -> Result<std::result::Result<(), String>> {
         let deadline = Instant::now() + self.options.ack_timeout;
         loop {
             let mut lagging = Vec::new();
-            let live = self.source.children(PARTICIPANTS_PATH).await?;
-            for name in &live {
-                let path = format!("{PARTICIPANTS_PATH}/{name}");
-                let Some(r) = self.source.get(&path).await? else {
+            for p in self.live_participants().await? {
+                if p.superseded {
                     continue;
-                };
-                // A node that is not an acknowledgement (yet) counts as not
-                // acknowledged.
-                let ack: ParticipantAck = serde_json::from_slice(&r.value).unwrap_or_default();
-                let ok = ack.migration.as_deref() == Some(self.record.id.as_str())
-                    && ack.round >= self.record.round
-                    && (!paused || ack.phase == Some(Phase::Paused));
+                }
+                let ok = p.ack.migration.as_deref() == Some(self.record.id.as_str())
+                    && p.ack.round >= self.record.round
+                    && (!paused || p.ack.phase == Some(Phase::Paused));
                 if !ok {
-                    lagging.push(name.clone());
+                    lagging.push(p.name);
                 }
             }
-            let mut absent = Vec::new();
-            if paused {
-                for name in self.source.children(&joined_path(&self.record.id)).await? {
-                    if !live.contains(&name) {
-                        absent.push(name);
-                    }
-                }
-            }
-            if lagging.is_empty() && absent.is_empty() {
+            if lagging.is_empty() {
                 return Ok(Ok(()));
             }
             if Instant::now() >= deadline {
-                if lagging.is_empty() {
-                    tracing::warn!(
-                        "metadata migration {}: participants {} joined and did not come back \
-                         within {:?}: presumed dead, the pause re-scans the tree",
-                        self.record.id,
-                        absent.join(", "),
-                        self.options.ack_timeout
-                    );
-                    return Ok(Ok(()));
-                }
                 return Ok(Err(lagging.join(", ")));
             }
             tokio::time::sleep(self.options.poll_interval).await;
         }
     }
 
+    /// The registered participants, with what they acknowledged and whether
+    /// a later registration of the same node supersedes them.
+    async fn live_participants(&self) -> Result<Vec<LiveParticipant>> {
+        let mut live = Vec::new();
+        for name in self.source.children(PARTICIPANTS_PATH).await? {
+            let path = format!("{PARTICIPANTS_PATH}/{name}");
+            let Some(r) = self.source.get(&path).await? else {
+                continue;
+            };
+            // A node that is not an acknowledgement (yet) counts as not
+            // acknowledged.
+            let ack: ParticipantAck = serde_json::from_slice(&r.value).unwrap_or_default();
+            live.push(LiveParticipant {
+                name,
+                ack,
+                created_ms: r.stat.created_ms,
+                superseded: false,
+            });
+        }
+        let latest: Vec<(String, i64)> = live
+            .iter()
+            .filter_map(|p| p.ack.node.clone().map(|n| (n, p.created_ms)))
+            .collect();
+        for p in &mut live {
+            if let Some(node) = &p.ack.node {
+                p.superseded = latest
+                    .iter()
+                    .any(|(n, created)| n == node && *created > p.created_ms);
+            }
+        }
+        Ok(live)
+    }
+
     /// Reads the published dirty pages; `true` in the second field when a
     /// re-scan is needed (overflow, or a participant that joined and is not
-    /// registered: it left without publishing, or its session ended). The
-    /// pages are deleted by [`Collected::done`] once handled, so a
-    /// coordinator that stops before that finds them again; the markers stay
-    /// until the migration ends.
+    /// registered or was superseded: it left without publishing, or its
+    /// session ended, or its process was restarted). The pages are deleted
+    /// by [`Collected::done`] once handled, so a coordinator that stops
+    /// before that finds them again; so are the joined markers of the
+    /// participants that caused the re-scan (one re-scan after they left
+    /// covers every write they made; one that registers again joins again).
     async fn collect(&self) -> Result<(BTreeSet<String>, bool, Collected)> {
         let id = &self.record.id;
         let mut rescan = false;
         // Markers first, then the live participants (see the crate docs).
-        let joined = self.source.children(&joined_path(id)).await?;
-        let live: BTreeSet<String> = self
-            .source
-            .children(PARTICIPANTS_PATH)
-            .await?
-            .into_iter()
-            .collect();
+        let joined_base = joined_path(id);
+        let joined = self.source.children(&joined_base).await?;
+        let live: Vec<LiveParticipant> = self.live_participants().await?;
         let base = dirty_path(id);
         let mut dirty = BTreeSet::new();
         let mut handled = Collected::default();
@@ -534,19 +440,27 @@ impl Coordinator {
                 .map_err(|e| corrupt(&path, "page of dirty paths", e))?;
             rescan |= page.overflow;
             dirty.extend(page.paths);
-            handled.nodes.push(path);
+            handled.nodes.push((path, None));
         }
         for name in joined {
-            if !live.contains(&name) {
-                // The marker stays until the migration ends: a participant
-                // whose session ended may come back (and is waited for in
-                // the pause), a dead one is re-scanned for every round.
-                tracing::warn!(
-                    "metadata migration {id}: participant {name} joined and is not \
-                     registered (left without publishing its changes, or its session \
-                     ended); re-scanning the whole tree"
-                );
-                rescan = true;
+            let gone = match live.iter().find(|p| p.name == name) {
+                None => {
+                    "is not registered (left without publishing its changes, or its \
+                         session ended)"
+                }
+                Some(p) if p.superseded => {
+                    "was superseded by a later registration of its node (restarted)"
+                }
+                Some(_) => continue,
+            };
+            tracing::warn!(
+                "metadata migration {id}: participant {name} joined and {gone}; re-scanning \
+                 the whole tree once"
+            );
+            rescan = true;
+            let marker = format!("{joined_base}/{name}");
+            if let Some(stat) = self.source.exists(&marker).await? {
+                handled.nodes.push((marker, Some(stat.version)));
             }
         }
         Ok((dirty, rescan, handled))
@@ -711,18 +625,31 @@ impl Coordinator {
     }
 }
 
-/// Control nodes read by a collection, deleted once their paths are copied.
+/// A registered participant as the coordinator reads it.
+#[derive(Debug)]
+struct LiveParticipant {
+    name: String,
+    ack: ParticipantAck,
+    created_ms: i64,
+    /// A later registration of the same node exists.
+    superseded: bool,
+}
+
+/// Control nodes read by a collection, deleted once their paths are copied
+/// (a joined marker only at the version read: one written again meanwhile
+/// belongs to a participant that came back).
 #[derive(Debug, Default)]
 struct Collected {
-    nodes: Vec<String>,
+    nodes: Vec<(String, Option<i64>)>,
 }
 
 impl Collected {
     async fn done(self, source: &dyn MetadataStore) -> Result<()> {
-        for path in self.nodes {
-            match source.delete(&path, ExpectedVersion::Any).await {
+        for (path, version) in self.nodes {
+            let expected = version.map_or(ExpectedVersion::Any, ExpectedVersion::Exactly);
+            match source.delete(&path, expected).await {
                 Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::BadVersion) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -2,15 +2,22 @@
 #![deny(missing_docs)]
 
 mod coordinator;
+mod forward;
+mod location;
 mod opener;
 mod participant;
 mod record;
+mod start;
 mod sync;
+mod target;
 
 pub use coordinator::{abort, Coordinator, CoordinatorOptions, MigrationRequest};
+pub use location::{Backend, Nesting, StoreLocation};
 pub use opener::{NamedMemoryStores, StoreOpener, UrlOpener};
 pub use participant::{MigratingStore, ParticipantOptions};
 pub use record::{
     dirty_path, is_control_path, joined_path, read_current, read_record, record_path,
     MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, MIGRATION_ROOT, PARTICIPANTS_PATH,
 };
+pub use start::StartPlan;
+pub use target::{ProtectedRoot, TargetEntry, TargetPlan};

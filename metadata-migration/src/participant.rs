@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch, RwLock};
 
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Notification,
-    Operation, Result, Stat, WatchStream,
+    Operation, Result, SessionEvent, Stat, WatchStream,
 };
 
 use crate::opener::StoreOpener;
@@ -41,6 +41,12 @@ pub struct ParticipantOptions {
     /// How often the participant re-reads the migration record besides its
     /// watches. Default 500 ms.
     pub poll_interval: Duration,
+    /// The node this participant belongs to, stable across the node's
+    /// restarts (its node id), when [`name`](Self::name) changes with each
+    /// process. A coordinator does not wait for a participant once a later
+    /// one of the same node registered: that process is gone (a node id is
+    /// held by one process at a time). Default `None`.
+    pub node: Option<String>,
 }
 
 impl Default for ParticipantOptions {
@@ -50,6 +56,7 @@ impl Default for ParticipantOptions {
             dirty_limit: 100_000,
             page_bytes: 256 * 1024,
             poll_interval: Duration::from_millis(500),
+            node: None,
         }
     }
 }
@@ -61,8 +68,8 @@ pub(crate) struct DirtyPage {
     pub(crate) overflow: bool,
 }
 
-struct Slot {
-    store: Arc<dyn MetadataStore>,
+pub(crate) struct Slot {
+    pub(crate) store: Arc<dyn MetadataStore>,
     url: String,
 }
 
@@ -77,10 +84,15 @@ struct PState {
     page_seq: u64,
     /// The record of the last migration followed to its target.
     completed: Option<MigrationRecord>,
+    /// Set when the store's session ended: writes are refused until the
+    /// participant registered again and read the record (a coordinator
+    /// does not wait for a participant whose registration is gone, so the
+    /// participant must not write while it has none).
+    fenced: bool,
 }
 
-struct Inner {
-    current: ArcSwap<Slot>,
+pub(crate) struct Inner {
+    pub(crate) current: ArcSwap<Slot>,
     opener: Arc<dyn StoreOpener>,
     options: ParticipantOptions,
     state: Mutex<PState>,
@@ -88,7 +100,7 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// `true` while the write gate is closed (mirrors `PState::paused`).
     paused_tx: watch::Sender<bool>,
-    closed: AtomicBool,
+    pub(crate) closed: AtomicBool,
     owns_store: bool,
     swaps: AtomicU64,
     reconcile_lock: tokio::sync::Mutex<()>,
@@ -297,7 +309,11 @@ impl MigratingStore {
     }
 
     async fn register(&self) -> Result<()> {
-        let ack = serde_json::to_vec(&ParticipantAck::default()).expect("serializes");
+        let ack = ParticipantAck {
+            node: self.inner.options.node.clone(),
+            ..ParticipantAck::default()
+        };
+        let ack = serde_json::to_vec(&ack).expect("serializes");
         let store = self.current();
         match store
             .create(&self.participant_path(), &ack, CreateMode::EPHEMERAL)
@@ -332,13 +348,34 @@ impl MigratingStore {
             Some((rec, _)) if rec.phase.tracks() => self.follow(store, rec).await,
             Some((rec, _)) if rec.phase == Phase::Completed => self.flip(store, rec).await,
             _ => {
+                if self.inner.state.lock().fenced
+                    && store.exists(&self.participant_path()).await?.is_none()
+                    && !self.inner.closed.load(Ordering::Acquire)
+                {
+                    self.register().await?;
+                }
                 let mut st = self.inner.state.lock();
                 st.tracking = None;
                 st.dirty.clear();
                 st.overflow = false;
+                st.fenced = false;
                 self.set_paused(&mut st, None);
                 Ok(())
             }
+        }
+    }
+
+    /// Refuses writes until the participant registered again (its session
+    /// ended: see `PState::fenced`).
+    fn fence(&self) {
+        let mut st = self.inner.state.lock();
+        if !st.fenced {
+            tracing::warn!(
+                "participant {}: the metadata session ended; writes wait until it registered \
+                 again and read the migration record",
+                self.inner.options.name
+            );
+            st.fenced = true;
         }
     }
 
@@ -375,6 +412,7 @@ impl MigratingStore {
         if self.inner.state.lock().acked.as_ref() == Some(&want)
             && store.exists(&self.participant_path()).await?.is_some()
         {
+            self.inner.state.lock().fenced = false;
             return Ok(());
         }
         self.publish(store.as_ref(), &rec.id).await?;
@@ -382,6 +420,7 @@ impl MigratingStore {
             migration: Some(rec.id.clone()),
             phase: Some(rec.phase),
             round: rec.round,
+            node: self.inner.options.node.clone(),
         };
         let value = serde_json::to_vec(&ack).expect("serializes");
         // The node is ephemeral: never recreate it as a persistent one. A
@@ -410,7 +449,9 @@ impl MigratingStore {
                 store.create(&path, &value, CreateMode::EPHEMERAL).await?;
             }
         }
-        self.inner.state.lock().acked = Some(want);
+        let mut st = self.inner.state.lock();
+        st.acked = Some(want);
+        st.fenced = false;
         Ok(())
     }
 
@@ -490,6 +531,7 @@ impl MigratingStore {
             st.overflow = false;
             self.set_paused(&mut st, None);
             st.acked = None;
+            st.fenced = false;
             st.completed = Some(rec.clone());
         }
         tracing::info!(
@@ -564,11 +606,17 @@ async fn control_loop(weak: Weak<Inner>) {
         drop(this);
         let ended = match watched.as_mut() {
             Some((_, a, b)) => {
-                tokio::select! {
-                    n = a.next() => n.is_none(),
-                    n = b.next() => n.is_none(),
-                    _ = tokio::time::sleep(poll) => false,
+                let n = tokio::select! {
+                    n = a.next() => Some(n),
+                    n = b.next() => Some(n),
+                    _ = tokio::time::sleep(poll) => None,
+                };
+                if let Some(Some(Notification::Session(SessionEvent::SessionExpired))) = &n {
+                    if let Some(inner) = weak.upgrade() {
+                        MigratingStore { inner }.fence();
+                    }
                 }
+                matches!(n, Some(None))
             }
             None => {
                 tokio::time::sleep(poll).await;
@@ -597,9 +645,18 @@ impl MigratingStore {
             return Ok(None);
         }
         let guard = self.inner.gate.read().await;
-        if let Some(reason) = self.inner.state.lock().paused.clone() {
+        let st = self.inner.state.lock();
+        if let Some(reason) = st.paused.clone() {
             return Err(paused_error(op, path, &reason));
         }
+        if st.fenced {
+            return Err(paused_error(
+                op,
+                path,
+                "the metadata session ended and the participant has not registered again yet",
+            ));
+        }
+        drop(st);
         Ok(Some(guard))
     }
 }
@@ -677,7 +734,9 @@ impl MetadataStore for MigratingStore {
         let (tx, rx) = mpsc::unbounded_channel();
         let weak = Arc::downgrade(&self.inner);
         let owned = path.to_owned();
-        tokio::spawn(forward_watch(weak, owned, first, gen_rx, tx));
+        tokio::spawn(crate::forward::forward_watch(
+            weak, owned, first, gen_rx, tx,
+        ));
         Ok(WatchStream::from_channel(path, rx, None))
     }
 
@@ -726,88 +785,4 @@ impl MetadataStore for MigratingStore {
         self.track(path);
         r
     }
-}
-
-async fn forward_watch(
-    weak: Weak<Inner>,
-    path: String,
-    mut stream: WatchStream,
-    mut gen_rx: watch::Receiver<u64>,
-    tx: mpsc::UnboundedSender<Notification>,
-) {
-    loop {
-        tokio::select! {
-            n = stream.next() => match n {
-                Some(n) => {
-                    if tx.send(n).is_err() {
-                        return;
-                    }
-                }
-                None => {
-                    // The old store closed: wait for the swap (or the end).
-                    tokio::select! {
-                        r = gen_rx.changed() => if r.is_err() { return },
-                        _ = tx.closed() => return,
-                    }
-                    if !rearm(&weak, &path, &mut stream, &tx).await {
-                        return;
-                    }
-                }
-            },
-            r = gen_rx.changed() => {
-                if r.is_err() || !rearm(&weak, &path, &mut stream, &tx).await {
-                    return;
-                }
-            }
-            _ = tx.closed() => return,
-        }
-    }
-}
-
-/// Re-arms a forwarded watch on the store in use and reports a re-read of
-/// the node, so that nothing changed during the swap is missed.
-async fn rearm(
-    weak: &Weak<Inner>,
-    path: &str,
-    stream: &mut WatchStream,
-    tx: &mpsc::UnboundedSender<Notification>,
-) -> bool {
-    let Some(inner) = weak.upgrade() else {
-        return false;
-    };
-    if inner.closed.load(Ordering::Acquire) {
-        return false;
-    }
-    let store = inner.current.load().store.clone();
-    drop(inner);
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match store.watch(path).await {
-            Ok(s) => {
-                *stream = s;
-                break;
-            }
-            Err(e) if e.kind() == ErrorKind::Closed => return false,
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-    let exists = matches!(store.exists(path).await, Ok(Some(_)));
-    let first = if exists {
-        Notification::Modified {
-            path: path.to_owned(),
-        }
-    } else {
-        Notification::Deleted {
-            path: path.to_owned(),
-        }
-    };
-    tx.send(first).is_ok()
-        && tx
-            .send(Notification::ChildrenChanged {
-                path: path.to_owned(),
-            })
-            .is_ok()
 }

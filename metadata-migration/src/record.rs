@@ -121,6 +121,12 @@ pub struct ParticipantAck {
     pub phase: Option<Phase>,
     /// The round acknowledged: its dirty paths are published.
     pub round: u64,
+    /// The node the participant belongs to
+    /// ([`ParticipantOptions::node`](crate::ParticipantOptions::node)):
+    /// a participant registered earlier by the same node is a dead
+    /// incarnation, not waited for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -21,7 +21,8 @@ fn request(id: &str) -> MigrationRequest {
         id: Some(id.to_owned()),
         source_url: "memory://src".to_owned(),
         target_url: "memory://dst".to_owned(),
-        wipe_target: false,
+        wipe_target: None,
+        protected: Vec::new(),
     }
 }
 
@@ -269,7 +270,8 @@ async fn a_participant_that_never_acknowledges_fails_the_migration_and_writes_go
         src(&stores),
         opener.as_ref(),
         MigrationRequest {
-            wipe_target: true,
+            wipe_target: Some("/".to_owned()),
+            protected: Vec::new(),
             ..request("m2")
         },
         coordinator_options(),
@@ -347,7 +349,7 @@ async fn a_dirty_target_is_refused_untouched_and_wiped_on_request() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     let msg = e.to_string();
     assert!(
-        msg.contains("memory://dst") && msg.contains("/stale") && msg.contains("wipe_target"),
+        msg.contains("memory://dst") && msg.contains("/stale") && msg.contains("wipeTarget"),
         "{msg}"
     );
     // Nothing was written anywhere.
@@ -361,7 +363,8 @@ async fn a_dirty_target_is_refused_untouched_and_wiped_on_request() {
         src(&stores),
         opener.as_ref(),
         MigrationRequest {
-            wipe_target: true,
+            wipe_target: Some("/".to_owned()),
+            protected: Vec::new(),
             ..request("m")
         },
         coordinator_options(),
@@ -806,7 +809,8 @@ async fn a_target_that_nodes_still_use_is_refused_even_with_wipe() {
         src(&stores),
         opener.as_ref(),
         MigrationRequest {
-            wipe_target: true,
+            wipe_target: Some("/".to_owned()),
+            protected: Vec::new(),
             ..request("m")
         },
         coordinator_options(),
@@ -827,7 +831,8 @@ async fn a_target_that_nodes_still_use_is_refused_even_with_wipe() {
         src(&stores),
         opener.as_ref(),
         MigrationRequest {
-            wipe_target: true,
+            wipe_target: Some("/".to_owned()),
+            protected: Vec::new(),
             ..request("m")
         },
         coordinator_options(),

@@ -63,7 +63,8 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
             id: Some("to-etcd".to_owned()),
             source_url: zk_url.clone(),
             target_url: etcd_url.clone(),
-            wipe_target: false,
+            wipe_target: None,
+            protected: Vec::new(),
         },
         coordinator_options(),
     )
@@ -102,7 +103,13 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
             id: Some("back-to-zk".to_owned()),
             source_url: etcd_url.clone(),
             target_url: zk_url.clone(),
-            wipe_target: true,
+            // The old tree is still in the ZooKeeper chroot: the wipe names it.
+            wipe_target: Some(
+                bkswitch_metadata_migration::StoreLocation::parse(&zk_url)
+                    .expect("url")
+                    .root,
+            ),
+            protected: Vec::new(),
         },
         coordinator_options(),
     )

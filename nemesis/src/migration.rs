@@ -38,7 +38,8 @@ use std::time::Duration;
 
 use bkswitch_metadata_migration::{
     abort, Coordinator, CoordinatorOptions, MigratingStore, MigrationRequest, NamedMemoryStores,
-    ParticipantOptions, Phase, StoreOpener, PARTICIPANTS_PATH,
+    ParticipantOptions, Phase, ProtectedRoot, StoreOpener, CURRENT_PATH, MIGRATION_ROOT,
+    PARTICIPANTS_PATH,
 };
 use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MemoryStore, MetadataStore};
 use parking_lot::Mutex;
@@ -65,9 +66,13 @@ pub const MIGRATION_REGRESSION_SEEDS: [u64; 5] = [1007, 1008, 1037, 1128, 1137];
 pub enum MigrationOp {
     /// Start a migration from the store in use to the other one.
     Start {
-        /// Wipe the target (`wipe_target`); without it a non-empty target is
-        /// refused.
+        /// Wipe the target (`wipe_target` naming its root); without it a
+        /// non-empty target is refused.
         wipe: bool,
+        /// Whether the start names a target it must be refused: the source
+        /// under another spelling, or a store registered as a bookie
+        /// cluster's root.
+        overlap: Overlap,
     },
     /// The newest coordinator runs this many steps.
     Step {
@@ -114,6 +119,17 @@ pub enum MigrationOp {
     },
 }
 
+/// A start aimed where a migration must never go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// The other store: an ordinary start.
+    None,
+    /// The source itself, spelled otherwise (`memory://A` for `memory://a`).
+    Source,
+    /// The other store, named as a bookie cluster's metadata root.
+    Protected,
+}
+
 /// A migration history's operations, drawn from its seed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationPlan {
@@ -131,11 +147,21 @@ impl MigrationPlan {
     /// The plan of `seed`.
     pub fn generate(seed: u64) -> MigrationPlan {
         let mut rng = fastrand::Rng::with_seed(seed);
+        // Drawn apart, so that the histories of older seeds keep their
+        // other operations.
+        let mut aim = fastrand::Rng::with_seed(seed ^ 0x5eed_0a1e);
         let mut ops = Vec::with_capacity(OPS);
         for _ in 0..OPS {
             let writer = rng.u8(0..WRITERS as u8);
             ops.push(match rng.u8(0..100) {
-                0..=11 => MigrationOp::Start { wipe: rng.bool() },
+                0..=11 => MigrationOp::Start {
+                    wipe: rng.bool(),
+                    overlap: match aim.u8(0..8) {
+                        0 => Overlap::Source,
+                        1 => Overlap::Protected,
+                        _ => Overlap::None,
+                    },
+                },
                 12..=41 => MigrationOp::Step {
                     steps: rng.u8(1..8),
                 },
@@ -378,7 +404,7 @@ impl Run {
 
     async fn apply(&mut self, op: MigrationOp) {
         match op {
-            MigrationOp::Start { wipe } => self.start(wipe).await,
+            MigrationOp::Start { wipe, overlap } => self.start(wipe, overlap).await,
             MigrationOp::Step { steps } => {
                 for _ in 0..steps {
                     if !self.step_newest(None).await {
@@ -457,17 +483,35 @@ impl Run {
         }
     }
 
-    async fn start(&mut self, wipe: bool) {
-        let target = self.other();
+    async fn start(&mut self, wipe: bool, overlap: Overlap) {
+        let other = self.other();
         let source_url = self.current.clone();
+        let target_url = match overlap {
+            Overlap::Source => source_url
+                .to_ascii_uppercase()
+                .replace("MEMORY://", "memory://"),
+            _ => other.to_owned(),
+        };
+        let protected = match overlap {
+            Overlap::Protected => vec![ProtectedRoot {
+                url: other.to_owned(),
+                owner: "bookie cluster `nemesis`".to_owned(),
+            }],
+            _ => Vec::new(),
+        };
         let request = MigrationRequest {
             id: None,
             source_url: source_url.clone(),
-            target_url: target.to_owned(),
-            wipe_target: wipe,
+            target_url: target_url.clone(),
+            wipe_target: wipe.then(|| "/".to_owned()),
+            protected,
         };
-        // What a refused start must leave untouched.
+        let target = other;
+        // What a refused start must leave untouched: both stores.
         let before_target = snapshot(self.session(target).as_ref()).await;
+        // The source's migration record and pointer (writers go on writing
+        // their keys meanwhile).
+        let before_source = records(self.session(&source_url).as_ref()).await;
         match Coordinator::start(
             self.session(&source_url),
             self.opener.as_ref(),
@@ -476,6 +520,13 @@ impl Run {
         )
         .await
         {
+            Ok(c) if overlap != Overlap::None => {
+                self.violation(format!(
+                    "a start to {target_url} ({overlap:?}) was accepted: {}",
+                    c.record().id
+                ));
+                self.coordinators.push(c);
+            }
             Ok(c) => {
                 self.out
                     .trace
@@ -491,6 +542,12 @@ impl Run {
                 let after = snapshot(self.session(target).as_ref()).await;
                 if after != before_target {
                     self.violation(format!("a refused start changed the target {target}: {e}"));
+                }
+                let after = records(self.session(&source_url).as_ref()).await;
+                if after != before_source {
+                    self.violation(format!(
+                        "a refused start changed the source {source_url}: {e}"
+                    ));
                 }
             }
             Err(e) => self.violation(format!("start answered {e}")),
@@ -657,6 +714,23 @@ impl Run {
 }
 
 /// Every path and value under `/` (control paths included).
+/// The migration records and the current-migration pointer of a store.
+async fn records(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
+    let mut out = Vec::new();
+    let base = format!("{MIGRATION_ROOT}/records");
+    let mut paths = vec![CURRENT_PATH.to_owned()];
+    if let Ok(ids) = store.children(&base).await {
+        paths.extend(ids.into_iter().map(|id| format!("{base}/{id}")));
+    }
+    for path in paths {
+        if let Ok(Some(r)) = store.get(&path).await {
+            out.push((path, r.value, r.stat.version));
+        }
+    }
+    out.sort();
+    out
+}
+
 async fn snapshot(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
     let mut out = Vec::new();
     let mut todo = vec!["/".to_owned()];

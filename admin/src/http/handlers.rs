@@ -11,9 +11,10 @@ use super::error::ApiError;
 use super::extract::{ApiJson, Live};
 use crate::node::Node;
 use crate::wire::{
-    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, MigrationStartRequest,
-    MigrationStatusDoc, PromoteCursorRequest, PromoteCursorResponse, ReadModeRequest,
-    ReadModeResponse, RegisterRequest, SwitchRequest, SwitchStatusDoc, BASE_PATH,
+    CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, MigrationPlanDoc,
+    MigrationStartRequest, MigrationStatusDoc, PromoteCursorRequest, PromoteCursorResponse,
+    ReadModeRequest, ReadModeResponse, RegisterRequest, SwitchRequest, SwitchStatusDoc, WipeTarget,
+    BASE_PATH,
 };
 use bkswitch_metadata_migration::MigrationRecord;
 
@@ -283,8 +284,27 @@ pub(super) async fn start_migration(
     Live(node): Live,
     ApiJson(body): ApiJson<MigrationStartRequest>,
 ) -> ApiResult<Response> {
+    let wipe = match &body.wipe_target {
+        None | Some(WipeTarget::Flag(false)) => None,
+        Some(WipeTarget::Flag(true)) => {
+            return Err(ApiError::invalid(
+                Some("wipeTarget"),
+                format!(
+                    "wipeTarget must name the root of `{}` that the wipe empties (for instance \
+                     \"/\" or \"/pulsar\"), not `true`: see what it would delete with \
+                     {{\"dryRun\": true}} first. Nothing was written",
+                    body.target_url
+                ),
+            ))
+        }
+        Some(WipeTarget::Root(root)) => Some(root.as_str()),
+    };
+    if body.dry_run {
+        let plan = node.plan_metadata_migration(&body.target_url).await?;
+        return Ok(Json(MigrationPlanDoc::new(&plan)).into_response());
+    }
     let record = node
-        .start_metadata_migration(&body.target_url, body.wipe_target)
+        .start_metadata_migration(&body.target_url, wipe)
         .await?;
     Ok(Json(migration_doc(&node, &record)).into_response())
 }

@@ -18,11 +18,12 @@ use std::time::Duration;
 use bkswitch_managed_ledger::MetadataSession;
 use bkswitch_metadata_migration::{
     abort, read_current, Coordinator, CoordinatorOptions, MigratingStore, MigrationRecord,
-    MigrationRequest,
+    MigrationRequest, ProtectedRoot, StartPlan, TargetPlan,
 };
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, MetadataError, MetadataStore, SessionEvent,
 };
+use bkswitch_registry::ClusterUri;
 use bkswitch_switch_orchestrator::{Phase as SwitchPhase, SwitchStatus};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -132,6 +133,21 @@ fn phase_name(phase: bkswitch_metadata_migration::Phase) -> String {
         .unwrap_or_else(|| format!("{phase:?}"))
 }
 
+/// A refusal of the store as [`NodeError::InvalidMigration`] (a 400), any
+/// other error as it is (an unreachable target: retryable).
+fn invalid_migration(target_url: &str, e: MetadataError) -> NodeError {
+    match e.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::InvalidPath => NodeError::InvalidMigration {
+            target_url: target_url.to_owned(),
+            reason: match e {
+                MetadataError::InvalidArgument { reason, .. } => reason,
+                other => other.to_string(),
+            },
+        },
+        _ => NodeError::Metadata(e),
+    }
+}
+
 /// A switch or canary that has not finished (neither final nor rolled back).
 fn unfinished(st: &SwitchStatus) -> bool {
     !st.phase.is_final() && st.phase != SwitchPhase::RolledBack
@@ -192,9 +208,17 @@ impl Node {
         })
     }
 
-    /// Starts moving the metadata store to `target_url`: writes the record
-    /// ([`Coordinator::start`]) in the store this node uses. The node that
-    /// leads the election runs it from there.
+    /// Starts moving the metadata store to `target_url`: checks everything
+    /// first, writing nothing ([`Coordinator::plan`]: the URL, the overlap
+    /// with the source and with the registered bookie clusters' roots, the
+    /// target's reachability and content, the wipe named by `wipe_target`,
+    /// unfinished switches, canaries and migrations), then takes the start
+    /// lock, checks the exclusions again and writes the record. The node
+    /// that leads the election runs it from there.
+    ///
+    /// `wipe_target` confirms the wipe of a non-empty target by naming its
+    /// root (`/`, `/pulsar`); [`Node::plan_metadata_migration`] lists what
+    /// it deletes.
     ///
     /// # Errors
     ///
@@ -203,21 +227,98 @@ impl Node {
     /// - [`NodeError::MigrationInProgress`]: a migration is unfinished;
     /// - [`NodeError::SwitchUnfinished`]: a bookie-cluster switch or canary
     ///   is unfinished;
-    /// - [`NodeError::InvalidMigration`]: the target URL cannot be opened,
-    ///   is the source, or names a non-empty store without `wipe_target`;
-    /// - [`NodeError::Metadata`]: the stores failed.
+    /// - [`NodeError::InvalidMigration`]: the target URL is malformed,
+    ///   overlaps the source or a bookie cluster's metadata, holds what a
+    ///   migration does not own, or is not empty and the wipe is not
+    ///   confirmed by naming its root;
+    /// - [`NodeError::Metadata`]: the stores failed (the target cannot be
+    ///   reached: retryable).
     ///
-    /// Nothing is written when it fails.
+    /// Nothing is written when it fails, in the source or the target.
     pub async fn start_metadata_migration(
         &self,
         target_url: &str,
-        wipe_target: bool,
+        wipe_target: Option<&str>,
     ) -> Result<MigrationRecord, NodeError> {
-        let Some(h) = self.migration() else {
-            return Err(NodeError::NoMigrationParticipant {
+        let h = self.migration_participant()?;
+        self.refuse_during_migration("start another metadata migration")
+            .await?;
+        self.refuse_unfinished_switches().await?;
+        let plan = self.migration_plan(h, target_url, wipe_target).await?;
+        if let Err(e) = plan.check_wipe() {
+            plan.close().await;
+            return Err(invalid_migration(target_url, e));
+        }
+        let what = format!("a metadata migration to {target_url}");
+        let started = self
+            .exclusive_start(&what, async {
+                // Again under the lock: a switch started meanwhile is seen.
+                if let Err(e) = self.refuse_start_conflicts().await {
+                    return Ok(Err(e));
+                }
+                Ok(plan
+                    .start(h.coordinator.clone())
+                    .await
+                    .map_err(|e| invalid_migration(target_url, e)))
+            })
+            .await;
+        let coordinator = started??;
+        let record = coordinator.record().clone();
+        h.remember(&record);
+        tracing::info!(node = %self.node_id(), migration = %record.id,
+            source = %record.source_url, target = %record.target_url,
+            wiped = record.wipe_target, "metadata migration started");
+        Ok(record)
+    }
+
+    /// A dry run of [`start_metadata_migration`](Self::start_metadata_migration):
+    /// every check but the wipe's confirmation, and what the target holds
+    /// (what a wipe confirmed by naming [`TargetPlan::root`] deletes).
+    /// Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`start_metadata_migration`](Self::start_metadata_migration).
+    pub async fn plan_metadata_migration(&self, target_url: &str) -> Result<TargetPlan, NodeError> {
+        let h = self.migration_participant()?;
+        self.refuse_during_migration("start another metadata migration")
+            .await?;
+        self.refuse_unfinished_switches().await?;
+        let plan = self.migration_plan(h, target_url, None).await?;
+        let target = plan.target().clone();
+        plan.close().await;
+        // A target holding what a migration never deletes is refused here
+        // too; a plain non-empty one is listed.
+        if target.entries.iter().any(|e| !e.deletable) {
+            return Err(invalid_migration(
+                target_url,
+                target.check_wipe(None).expect_err("refused"),
+            ));
+        }
+        Ok(target)
+    }
+
+    fn migration_participant(&self) -> Result<&MigrationHandle, NodeError> {
+        self.migration()
+            .ok_or_else(|| NodeError::NoMigrationParticipant {
                 node: self.node_id().to_owned(),
-            });
-        };
+            })
+    }
+
+    async fn refuse_start_conflicts(&self) -> Result<(), NodeError> {
+        self.refuse_during_migration("start another metadata migration")
+            .await?;
+        self.refuse_unfinished_switches().await
+    }
+
+    /// [`Coordinator::plan`] with the registered bookie clusters' metadata
+    /// roots protected. Writes nothing.
+    async fn migration_plan(
+        &self,
+        h: &MigrationHandle,
+        target_url: &str,
+        wipe_target: Option<&str>,
+    ) -> Result<StartPlan, NodeError> {
         if target_url.trim().is_empty() {
             return Err(NodeError::InvalidMigration {
                 target_url: target_url.to_owned(),
@@ -226,54 +327,29 @@ impl Node {
                     .to_owned(),
             });
         }
-        self.refuse_during_migration("start another metadata migration")
-            .await?;
-        self.refuse_unfinished_switches().await?;
-        let what = format!("a metadata migration to {target_url}");
-        self.exclusive_start(&what, async {
-            // Again under the lock: a switch started meanwhile is seen.
-            self.refuse_during_migration("start another metadata migration")
-                .await?;
-            self.refuse_unfinished_switches().await?;
-            self.write_migration_start(h, target_url, wipe_target).await
-        })
-        .await
-    }
-
-    async fn write_migration_start(
-        &self,
-        h: &MigrationHandle,
-        target_url: &str,
-        wipe_target: bool,
-    ) -> Result<MigrationRecord, NodeError> {
-        let source_url = h.participant.url();
+        let mut protected = Vec::new();
+        for c in self.registry().list().await? {
+            if let Ok(ClusterUri::ZooKeeper(zk)) = ClusterUri::parse(&c.metadata_service_uri) {
+                protected.push(ProtectedRoot {
+                    url: format!("{}{}", zk.zk_url(), zk.ledgers_root()),
+                    owner: format!("bookie cluster `{}`", c.name),
+                });
+            }
+        }
         let request = MigrationRequest {
             id: None,
-            source_url,
+            source_url: h.participant.url(),
             target_url: target_url.to_owned(),
-            wipe_target,
+            wipe_target: wipe_target.map(str::to_owned),
+            protected,
         };
-        let opener = h.participant.opener();
-        let coordinator = Coordinator::start(
+        Coordinator::plan(
             h.participant.current(),
-            opener.as_ref(),
+            h.participant.opener().as_ref(),
             request,
-            h.coordinator.clone(),
         )
         .await
-        .map_err(|e| match e.kind() {
-            ErrorKind::InvalidArgument => NodeError::InvalidMigration {
-                target_url: target_url.to_owned(),
-                reason: e.to_string(),
-            },
-            _ => NodeError::Metadata(e),
-        })?;
-        let record = coordinator.record().clone();
-        h.remember(&record);
-        tracing::info!(node = %self.node_id(), migration = %record.id,
-            source = %record.source_url, target = %record.target_url,
-            "metadata migration started");
-        Ok(record)
+        .map_err(|e| invalid_migration(target_url, e))
     }
 
     /// Aborts the current metadata migration (any phase before COMPLETED):

@@ -1,7 +1,7 @@
 //! The metadata-migration endpoints (PIP-454): `GET`/`POST`
 //! [`MIGRATION_PATH`] and `POST` [`MIGRATION_PATH`]`/abort`.
 
-use bkswitch_metadata_migration::MigrationRecord;
+use bkswitch_metadata_migration::{MigrationRecord, TargetPlan};
 use serde::{Deserialize, Serialize};
 
 /// Where the metadata-migration endpoints live (outside
@@ -10,16 +10,81 @@ use serde::{Deserialize, Serialize};
 pub const MIGRATION_PATH: &str = "/admin/v2/metadata/migration";
 
 /// `POST /admin/v2/metadata/migration`: move the metadata store to
-/// `targetUrl`.
+/// `targetUrl`, or (`dryRun`) list what the start would do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MigrationStartRequest {
-    /// The store to move to (`zk://…` or `etcd://…`); it must be empty.
+    /// The store to move to (`zk://…` or `etcd://…`); it must be empty, or
+    /// its wipe confirmed by `wipeTarget`.
     pub target_url: String,
-    /// Delete everything in a non-empty target first (default `false`:
-    /// a non-empty target is refused).
-    #[serde(default)]
-    pub wipe_target: bool,
+    /// Confirms the wipe of a non-empty target by naming its root exactly
+    /// (`"/"`, `"/pulsar"`: the `root` a dry run answers). A wipe never
+    /// deletes what a migration does not own. `true`/`false` (the old form)
+    /// are accepted only as "no wipe" (`false`); `true` is refused with a
+    /// 400 saying what to name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wipe_target: Option<WipeTarget>,
+    /// Checks everything and answers a [`MigrationPlanDoc`] (what the target
+    /// holds, what a wipe would delete) without writing anything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// The value of `wipeTarget`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WipeTarget {
+    /// The target's root, named to confirm the wipe.
+    Root(String),
+    /// The old boolean form: `false` is "no wipe", `true` is refused.
+    Flag(bool),
+}
+
+/// The answer of a dry run: what the target holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MigrationPlanDoc {
+    /// Always `true`: nothing was written.
+    pub dry_run: bool,
+    /// The target URL.
+    pub target_url: String,
+    /// The target's root: the value of `wipeTarget` that confirms a wipe.
+    pub root: String,
+    /// What a confirmed wipe deletes, subtree by subtree (empty: the
+    /// target is empty and no wipe is needed).
+    pub would_delete: Vec<PlanEntryDoc>,
+    /// Nodes a confirmed wipe deletes in all.
+    pub nodes: u64,
+}
+
+/// One subtree a wipe would delete.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PlanEntryDoc {
+    /// Its path in the target store.
+    pub path: String,
+    /// Nodes in it, itself included.
+    pub nodes: u64,
+}
+
+impl MigrationPlanDoc {
+    /// The document of a [`TargetPlan`].
+    pub fn new(plan: &TargetPlan) -> MigrationPlanDoc {
+        MigrationPlanDoc {
+            dry_run: true,
+            target_url: plan.target_url.clone(),
+            root: plan.root.clone(),
+            would_delete: plan
+                .entries
+                .iter()
+                .map(|e| PlanEntryDoc {
+                    path: e.path.clone(),
+                    nodes: e.nodes,
+                })
+                .collect(),
+            nodes: plan.nodes(),
+        }
+    }
 }
 
 /// The status of a metadata migration: the record (as the answering node

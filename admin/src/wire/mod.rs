@@ -46,7 +46,10 @@ pub use bkswitch_registry::{ClusterRecord, ClusterStatus, PrecheckResult, Switch
 pub use bkswitch_switch_orchestrator::{CleanupTarget, Counts, LedgerKind, Phase};
 pub use cleanup::{CleanupFailure, CleanupReportDoc, CleanupTargets};
 pub use error::ErrorBody;
-pub use migration::{MigrationStartRequest, MigrationStatusDoc, MIGRATION_PATH};
+pub use migration::{
+    MigrationPlanDoc, MigrationStartRequest, MigrationStatusDoc, PlanEntryDoc, WipeTarget,
+    MIGRATION_PATH,
+};
 pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
 pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,

@@ -582,6 +582,7 @@ async fn open_participant(
         .unwrap_or_default();
     let options = ParticipantOptions {
         name: format!("{node_id}-{}-{started_ms}", std::process::id()),
+        node: Some(node_id.to_owned()),
         ..ParticipantOptions::default()
     };
     if url == "memory" {

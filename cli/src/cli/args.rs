@@ -205,9 +205,17 @@ pub enum MigrationCommand {
         /// `etcd://host:port[/prefix]`.
         #[arg(long)]
         target_url: String,
-        /// Delete everything in a non-empty target first.
+        /// Confirm the wipe of a non-empty target by naming its root
+        /// exactly (`/`, `/pulsar`: the root `--dry-run` prints). A wipe
+        /// never deletes what a migration does not own: the source, a
+        /// BookKeeper metadata root, a bookie cluster's root, a tree other
+        /// nodes use, `/zookeeper`.
+        #[arg(long, value_name = "ROOT")]
+        wipe_target: Option<String>,
+        /// Check everything and list what the target holds (what a wipe
+        /// would delete) without writing anything.
         #[arg(long)]
-        wipe_target: bool,
+        dry_run: bool,
     },
     /// Show the current (or, after it ended, the last) metadata migration.
     Status,

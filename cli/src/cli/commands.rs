@@ -13,7 +13,7 @@ use super::render::{
     write_node_status, write_precheck, write_switch,
 };
 use super::watch::watch_status;
-use bkswitch_admin::wire::CleanupRequest;
+use bkswitch_admin::wire::{CleanupRequest, MigrationPlanDoc};
 use bkswitch_admin::AdminClient;
 
 type Result = std::result::Result<(), CliError>;
@@ -129,9 +129,20 @@ async fn migration(
     let (doc, headline) = match verb {
         MigrationCommand::Start {
             target_url,
-            wipe_target,
+            dry_run: true,
+            ..
         } => {
-            let doc = client.start_migration(&target_url, wipe_target).await?;
+            let plan = client.plan_migration(&target_url).await?;
+            return answer(out, json, &plan, |out| write_plan(out, &plan));
+        }
+        MigrationCommand::Start {
+            target_url,
+            wipe_target,
+            dry_run: false,
+        } => {
+            let doc = client
+                .start_migration(&target_url, wipe_target.as_deref())
+                .await?;
             let line = format!("metadata migration to '{target_url}' started");
             (doc, Some(line))
         }
@@ -251,4 +262,30 @@ async fn rollback(client: &AdminClient, out: &mut dyn Write, json: bool) -> Resu
         writeln!(out, "rollback accepted")?;
         write_switch(out, &status)
     })
+}
+
+/// The text of a migration dry run.
+fn write_plan(out: &mut dyn Write, plan: &MigrationPlanDoc) -> io::Result<()> {
+    writeln!(out, "dry run: nothing was written")?;
+    writeln!(out, "target  {} (root {})", plan.target_url, plan.root)?;
+    if plan.would_delete.is_empty() {
+        return writeln!(
+            out,
+            "the target is empty: the migration can start without a wipe"
+        );
+    }
+    writeln!(
+        out,
+        "a wipe would delete {} nodes in {} subtrees:",
+        plan.nodes,
+        plan.would_delete.len()
+    )?;
+    for e in &plan.would_delete {
+        writeln!(out, "  {}  ({} nodes)", e.path, e.nodes)?;
+    }
+    writeln!(
+        out,
+        "confirm with: metadata-migration start --target-url {} --wipe-target {}",
+        plan.target_url, plan.root
+    )
 }

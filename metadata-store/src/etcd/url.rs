@@ -26,6 +26,14 @@ pub(crate) fn parse(url: &str) -> Result<EtcdUrl> {
     let rest = url
         .strip_prefix("etcd://")
         .ok_or_else(|| fail("the URL does not start with etcd://".to_owned()))?;
+    if let Some(c) = rest
+        .chars()
+        .find(|c| matches!(c, '?' | '#' | '@' | '\\') || c.is_whitespace() || c.is_control())
+    {
+        return Err(fail(format!(
+            "it contains {c:?} (no credentials, query, fragment or spaces)"
+        )));
+    }
     let (hosts, prefix) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
@@ -99,6 +107,9 @@ mod tests {
             "etcd://a:1/",
             "etcd://a:1/x/",
             "etcd://a:1//x",
+            "etcd://127.0.0.1 :22379/x",
+            "etcd://a:1/x y",
+            "etcd://a:1?x",
         ] {
             let e = parse(url).expect_err(url);
             assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{url}");

@@ -1,0 +1,315 @@
+//! What a migration may do to its target before it starts: the checks that
+//! keep it out of the source and out of metadata it does not own, and the
+//! wipe plan an operator reads (a dry run) and confirms by naming the
+//! target's root.
+//!
+//! A migration copies the source over the target's whole root and deletes
+//! there what the source does not hold, so the root must be the migration's
+//! alone. It never deletes, copies into or over:
+//! - the source (the same servers, with either root inside the other);
+//! - a BookKeeper metadata root (a node with a `LAYOUT`/`INSTANCEID` child
+//!   on ZooKeeper, `layout`/`instanceid` on etcd);
+//! - a root a registered bookie cluster names ([`ProtectedRoot`]);
+//! - a tree with live migration participants (nodes using it);
+//! - ZooKeeper's own `/zookeeper`.
+
+use std::sync::Arc;
+
+use bkswitch_metadata_store::{ErrorKind, MetadataError, MetadataStore, Operation, Result};
+use futures::{stream, StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::location::{Nesting, StoreLocation};
+use crate::record::PARTICIPANTS_PATH;
+
+/// A root that belongs to someone else and that a migration never touches:
+/// the metadata root of a registered bookie cluster, for instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtectedRoot {
+    /// The store URL of the root (`zk://host:port/ledgers`).
+    pub url: String,
+    /// Whose it is, as error messages name it (`bookie cluster \`old\``).
+    pub owner: String,
+}
+
+/// One subtree at the top of the target: what a wipe would delete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetEntry {
+    /// The subtree's path in the target store.
+    pub path: String,
+    /// Nodes in the subtree, itself included.
+    pub nodes: u64,
+    /// Whose it is, when it can be told (`BookKeeper ledger metadata
+    /// (instance id …)`); `None` when nothing marks it.
+    pub owner: Option<String>,
+    /// Whether a migration may delete it (nothing protected inside).
+    pub deletable: bool,
+}
+
+/// What the target holds, as a migration start sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetPlan {
+    /// The target URL.
+    pub target_url: String,
+    /// The target's root on its servers (`/`, `/pulsar`): what an operator
+    /// names to confirm a wipe.
+    pub root: String,
+    /// The subtrees at the top of the target (ZooKeeper's `/zookeeper`
+    /// left out): what a wipe deletes, when every one is deletable.
+    pub entries: Vec<TargetEntry>,
+}
+
+impl TargetPlan {
+    /// Nodes a wipe would delete.
+    pub fn nodes(&self) -> u64 {
+        self.entries.iter().map(|e| e.nodes).sum()
+    }
+
+    fn listing(&self, max: usize) -> String {
+        let mut parts: Vec<String> = self
+            .entries
+            .iter()
+            .take(max)
+            .map(|e| match &e.owner {
+                Some(owner) => format!("{} ({} nodes, {owner})", e.path, e.nodes),
+                None => format!("{} ({} nodes, no known owner)", e.path, e.nodes),
+            })
+            .collect();
+        if self.entries.len() > max {
+            parts.push(format!("… {} more", self.entries.len() - max));
+        }
+        parts.join(", ")
+    }
+
+    /// Refuses the start unless the target is empty, or a wipe is confirmed
+    /// by `wipe` naming [`root`](Self::root) and every entry is deletable.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` saying what the target holds and what to do.
+    pub fn check_wipe(&self, wipe: Option<&str>) -> Result<()> {
+        let url = &self.target_url;
+        if let Some(kept) = self.entries.iter().find(|e| !e.deletable) {
+            return Err(refused(
+                url,
+                format!(
+                    "the target holds {}, which a migration never deletes or copies over ({}); \
+                     the target root must be the migration's alone: name another root (for \
+                     instance a ZooKeeper chroot or an etcd prefix of its own). Nothing was \
+                     written",
+                    kept.path,
+                    kept.owner.as_deref().unwrap_or("protected")
+                ),
+            ));
+        }
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        match wipe {
+            None => Err(refused(
+                url,
+                format!(
+                    "the target metadata store is not empty: it holds {} ({} nodes in all). \
+                     A migration needs an empty target: empty it, or list what a wipe would \
+                     delete with a dry run and confirm it by naming the target's root \
+                     (wipeTarget `{}`). Nothing was written",
+                    self.listing(5),
+                    self.nodes(),
+                    self.root
+                ),
+            )),
+            Some(named) if named.trim_end_matches('/') != self.root.trim_end_matches('/') => {
+                Err(refused(
+                    url,
+                    format!(
+                        "wipeTarget `{named}` does not name the target's root `{}`: a wipe is \
+                         confirmed by naming exactly the root it empties. Nothing was written",
+                        self.root
+                    ),
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn refused(url: &str, reason: String) -> MetadataError {
+    MetadataError::InvalidArgument {
+        op: Operation::Connect,
+        path: url.to_owned(),
+        reason,
+    }
+}
+
+/// Refuses a target that overlaps the source or a protected root, from the
+/// URLs alone (before the target is opened: opening a ZooKeeper target
+/// creates its chroot).
+pub(crate) async fn check_locations(
+    source_url: &str,
+    target_url: &str,
+    protected: &[ProtectedRoot],
+) -> Result<StoreLocation> {
+    let target = StoreLocation::parse(target_url)?;
+    if let Ok(source) = StoreLocation::parse(source_url) {
+        if let Some(n) = target.nesting(&source) {
+            if source.shares_servers(&target).await? {
+                let how = match n {
+                    Nesting::Same => "is the source store".to_owned(),
+                    Nesting::Inside => format!(
+                        "lies inside the source store (root `{}` is under the source's `{}` \
+                         on the same servers)",
+                        target.root, source.root
+                    ),
+                    Nesting::Holds => format!(
+                        "holds the source store (root `{}` is above the source's `{}` on the \
+                         same servers)",
+                        target.root, source.root
+                    ),
+                };
+                return Err(refused(
+                    target_url,
+                    format!(
+                        "the target {how}; a migration copies over and deletes in its target, \
+                         so it must not overlap the source (`{source_url}`). Name a root of its \
+                         own. Nothing was written"
+                    ),
+                ));
+            }
+        }
+    }
+    for p in protected {
+        let Ok(loc) = StoreLocation::parse(&p.url) else {
+            continue;
+        };
+        let Some(n) = target.nesting(&loc) else {
+            continue;
+        };
+        if !loc.shares_servers(&target).await? {
+            continue;
+        }
+        let how = match n {
+            Nesting::Same => "is".to_owned(),
+            Nesting::Inside => "lies inside".to_owned(),
+            Nesting::Holds => format!(
+                "holds (at {})",
+                target.path_of(&loc).unwrap_or_else(|| loc.root.clone())
+            ),
+        };
+        return Err(refused(
+            target_url,
+            format!(
+                "the target {how} the metadata root of {} (`{}`), which a migration never \
+                 deletes or copies over. Name a root of its own. Nothing was written",
+                p.owner, p.url
+            ),
+        ));
+    }
+    Ok(target)
+}
+
+/// Reads what the target holds: its top-level subtrees, their sizes and
+/// owners. Read only.
+pub(crate) async fn inspect(
+    target: &Arc<dyn MetadataStore>,
+    target_url: &str,
+    root: &str,
+) -> Result<TargetPlan> {
+    let mut names = children_or_empty(target.as_ref(), "/").await?;
+    names.retain(|n| n != "zookeeper");
+    names.sort();
+    let mut entries = Vec::with_capacity(names.len());
+    for name in names {
+        entries.push(inspect_subtree(target.as_ref(), &format!("/{name}")).await?);
+    }
+    Ok(TargetPlan {
+        target_url: target_url.to_owned(),
+        root: root.to_owned(),
+        entries,
+    })
+}
+
+async fn children_or_empty(store: &dyn MetadataStore, path: &str) -> Result<Vec<String>> {
+    match store.children(path).await {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Walks one subtree: counts it and looks for what marks an owner.
+async fn inspect_subtree(store: &dyn MetadataStore, top: &str) -> Result<TargetEntry> {
+    let mut nodes = 0u64;
+    let mut owners: Vec<String> = Vec::new();
+    let mut level = vec![top.to_owned()];
+    while !level.is_empty() {
+        let listed: Vec<(String, Vec<String>)> = stream::iter(level)
+            .map(|p| async move {
+                Ok::<_, MetadataError>((p.clone(), children_or_empty(store, &p).await?))
+            })
+            .buffered(32)
+            .try_collect()
+            .await?;
+        let mut next = Vec::new();
+        for (path, children) in listed {
+            nodes += 1;
+            if let Some(owner) = owner_of(store, &path, &children).await? {
+                owners.push(owner);
+            }
+            next.extend(children.iter().map(|c| format!("{path}/{c}")));
+        }
+        level = next;
+    }
+    Ok(TargetEntry {
+        path: top.to_owned(),
+        nodes,
+        deletable: owners.is_empty(),
+        owner: if owners.is_empty() {
+            None
+        } else {
+            owners.truncate(3);
+            Some(owners.join("; "))
+        },
+    })
+}
+
+/// Whose the node at `path` (with `children`) marks its tree as, if anyone's
+/// that a migration must not delete.
+async fn owner_of(
+    store: &dyn MetadataStore,
+    path: &str,
+    children: &[String],
+) -> Result<Option<String>> {
+    let has = |n: &str| children.iter().any(|c| c == n);
+    for (layout, instance) in [("LAYOUT", "INSTANCEID"), ("layout", "instanceid")] {
+        if has(layout) || has(instance) {
+            let id = match store.get(&format!("{path}/{instance}")).await? {
+                Some(r) => String::from_utf8_lossy(&r.value).trim().to_owned(),
+                None => String::new(),
+            };
+            let id = if id.is_empty() {
+                "no instance id".to_owned()
+            } else {
+                format!("instance id {id}")
+            };
+            return Ok(Some(format!("BookKeeper ledger metadata at {path} ({id})")));
+        }
+    }
+    let participants = PARTICIPANTS_PATH.trim_start_matches('/');
+    if let Some(rel) = format!("{path}/").strip_suffix(&format!("/{participants}/")) {
+        if !children.is_empty() {
+            let mut live = children.to_vec();
+            live.sort();
+            live.truncate(3);
+            let base = if rel.is_empty() { "/" } else { rel };
+            return Ok(Some(format!(
+                "a metadata tree in use at {base}: nodes still use the target (migration \
+                 participants {} are registered there; wait until they moved away, or stop \
+                 them)",
+                live.join(", ")
+            )));
+        }
+    }
+    Ok(None)
+}
