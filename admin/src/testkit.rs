@@ -93,3 +93,30 @@ pub async fn tree(store: &dyn MetadataStore) -> BTreeMap<String, (Vec<u8>, i64)>
     }
     out
 }
+
+/// Every node of the metadata tree with its value, version, child version
+/// and number of children, sorted by path: what "nothing was written"
+/// compares (a node created and deleted again still moves its parent's
+/// child version).
+pub async fn tree_with_child_versions(
+    store: &dyn MetadataStore,
+) -> BTreeMap<String, (Vec<u8>, i64, i64, i64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec!["/".to_string()];
+    while let Some(p) = stack.pop() {
+        if let Ok(Some(r)) = store.get(&p).await {
+            let s = r.stat;
+            out.insert(p.clone(), (r.value, s.version, s.cversion, s.num_children));
+        }
+        if let Ok(children) = store.children(&p).await {
+            for c in children {
+                stack.push(if p == "/" {
+                    format!("/{c}")
+                } else {
+                    format!("{p}/{c}")
+                });
+            }
+        }
+    }
+    out
+}

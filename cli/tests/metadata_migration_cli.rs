@@ -84,6 +84,40 @@ async fn start_status_and_abort_through_the_cli() {
     );
     assert_eq!(tree(&stores.session("old")).await, before);
 
+    // A dry run lists what a wipe deletes and how to confirm it; a wipe
+    // naming another root is refused; neither writes.
+    let (r, out) = cli(
+        &node,
+        &[
+            "metadata-migration",
+            "start",
+            "--target-url",
+            "memory://new",
+            "--dry-run",
+        ],
+    )
+    .await;
+    r.unwrap();
+    assert!(out.contains("dry run: nothing was written"), "{out}");
+    assert!(out.contains("/leftover  (1 nodes)"), "{out}");
+    assert!(out.contains("--wipe-target /"), "{out}");
+    let (r, _) = cli(
+        &node,
+        &[
+            "metadata-migration",
+            "start",
+            "--target-url",
+            "memory://new",
+            "--wipe-target",
+            "/pulsar",
+        ],
+    )
+    .await;
+    let msg = rendered(&r.unwrap_err());
+    assert!(msg.contains("does not name the target's root"), "{msg}");
+    assert_eq!(tree(&stores.session("old")).await, before);
+    assert!(target.exists("/leftover").await.unwrap().is_some());
+
     // Started with --wipe-target: the node (the leader) runs it to the end.
     let (r, out) = cli(
         &node,

@@ -365,7 +365,7 @@ pub enum NodeError {
         node: String,
     },
     /// The migration's target cannot be used.
-    #[error("cannot start a metadata migration to `{target_url}`: {reason}")]
+    #[error("cannot start a metadata migration to `{target_url}` (targetUrl): {reason}")]
     InvalidMigration {
         /// The target URL as given.
         target_url: String,
