@@ -593,6 +593,15 @@ impl Coordinator {
             return self.refuse_flip(diffs).await;
         }
         collected.done(src).await?;
+        // The target may hold the pointer of an earlier migration away from
+        // it (kept by the wipe, so that a node started with the target's
+        // URL meanwhile followed it here): gone before the flip, so that
+        // nobody follows it back once the target is the store in use.
+        match tgt.delete(CURRENT_PATH, ExpectedVersion::Any).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         self.record.pause_nodes = handled;
         self.record.caught_up += handled;
         self.record.pause_ms = started.elapsed().as_millis() as u64;

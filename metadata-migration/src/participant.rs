@@ -190,7 +190,7 @@ impl MigratingStore {
         let mut followed = None;
         for _ in 0..8 {
             match read_current(store.as_ref()).await? {
-                Some((rec, _)) if rec.phase == Phase::Completed => {
+                Some((rec, _)) if rec.phase == Phase::Completed && rec.target_url != url => {
                     tracing::warn!(
                         "the metadata store {url} was migrated to {} (migration {}); using \
                          the target: change this node's configuration to {}",
@@ -346,7 +346,11 @@ impl MigratingStore {
         let rec = read_current(store.as_ref()).await?;
         match rec {
             Some((rec, _)) if rec.phase.tracks() => self.follow(store, rec).await,
-            Some((rec, _)) if rec.phase == Phase::Completed => self.flip(store, rec).await,
+            // A completed migration *to* the store in use is no reason to
+            // move (a pointer its coordinator did not remove).
+            Some((rec, _)) if rec.phase == Phase::Completed && rec.target_url != self.url() => {
+                self.flip(store, rec).await
+            }
             _ => {
                 if self.inner.state.lock().fenced
                     && store.exists(&self.participant_path()).await?.is_none()

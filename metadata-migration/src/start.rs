@@ -5,14 +5,12 @@
 
 use std::sync::Arc;
 
-use bkswitch_metadata_store::{
-    ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt, Result,
-};
+use bkswitch_metadata_store::{ErrorKind, ExpectedVersion, MetadataStore, Result};
 
 use crate::coordinator::{Coordinator, CoordinatorOptions, MigrationRequest};
 use crate::opener::StoreOpener;
 use crate::record::{now_ms, read_current, record_path, MigrationRecord, Phase, CURRENT_PATH};
-use crate::target::{check_locations, inspect, refused, TargetPlan};
+use crate::target::{check_locations, inspect, refused, wipe, TargetPlan};
 
 /// A migration start that passed every check ([`Coordinator::plan`]): the
 /// target is open, nothing is written yet.
@@ -142,7 +140,7 @@ impl StartPlan {
                     entry.path,
                     entry.nodes
                 );
-                target.delete_recursive(&entry.path).await?;
+                wipe(target.as_ref(), &entry.path).await?;
             }
             Ok(!again.entries.is_empty())
         }

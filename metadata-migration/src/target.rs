@@ -12,15 +12,22 @@
 //! - a root a registered bookie cluster names ([`ProtectedRoot`]);
 //! - a tree with live migration participants (nodes using it);
 //! - ZooKeeper's own `/zookeeper`.
+//!
+//! A wipe keeps the control tree of earlier migrations (never copied, so
+//! never in the way): the pointer of a migration away from the target sends
+//! a node started with the target's URL to where the data went, until the
+//! flip that makes the target the store in use.
 
 use std::sync::Arc;
 
-use bkswitch_metadata_store::{ErrorKind, MetadataError, MetadataStore, Operation, Result};
+use bkswitch_metadata_store::{
+    ErrorKind, MetadataError, MetadataStore, MetadataStoreExt, Operation, Result,
+};
 use futures::{stream, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::location::{Nesting, StoreLocation};
-use crate::record::PARTICIPANTS_PATH;
+use crate::record::{MIGRATION_ROOT, PARTICIPANTS_PATH};
 
 /// A root that belongs to someone else and that a migration never touches:
 /// the metadata root of a registered bookie cluster, for instance.
@@ -221,7 +228,11 @@ pub(crate) async fn inspect(
     names.sort();
     let mut entries = Vec::with_capacity(names.len());
     for name in names {
-        entries.push(inspect_subtree(target.as_ref(), &format!("/{name}")).await?);
+        let entry = inspect_subtree(target.as_ref(), &format!("/{name}")).await?;
+        // Only the control tree of earlier migrations: nothing to delete.
+        if entry.nodes > 0 || !entry.deletable {
+            entries.push(entry);
+        }
     }
     Ok(TargetPlan {
         target_url: target_url.to_owned(),
@@ -253,7 +264,20 @@ async fn inspect_subtree(store: &dyn MetadataStore, top: &str) -> Result<TargetE
             .await?;
         let mut next = Vec::new();
         for (path, children) in listed {
-            nodes += 1;
+            if path == MIGRATION_ROOT {
+                // The control tree of earlier migrations stays (a wipe keeps
+                // it, see [`wipe`]); only its live participants matter.
+                let live = children_or_empty(store, PARTICIPANTS_PATH).await?;
+                if !live.is_empty() {
+                    owners.push(in_use("/", live));
+                }
+                continue;
+            }
+            // An ancestor of the control tree stays (the nodes below it
+            // that go are counted themselves).
+            if !holds_control(&path) {
+                nodes += 1;
+            }
             if let Some(owner) = owner_of(store, &path, &children).await? {
                 owners.push(owner);
             }
@@ -299,17 +323,43 @@ async fn owner_of(
     let participants = PARTICIPANTS_PATH.trim_start_matches('/');
     if let Some(rel) = format!("{path}/").strip_suffix(&format!("/{participants}/")) {
         if !children.is_empty() {
-            let mut live = children.to_vec();
-            live.sort();
-            live.truncate(3);
             let base = if rel.is_empty() { "/" } else { rel };
-            return Ok(Some(format!(
-                "a metadata tree in use at {base}: nodes still use the target (migration \
-                 participants {} are registered there; wait until they moved away, or stop \
-                 them)",
-                live.join(", ")
-            )));
+            return Ok(Some(in_use(base, children.to_vec())));
         }
     }
     Ok(None)
+}
+
+fn in_use(base: &str, mut live: Vec<String>) -> String {
+    live.sort();
+    live.truncate(3);
+    format!(
+        "a metadata tree in use at {base}: nodes still use the target (migration participants \
+         {} are registered there; wait until they moved away, or stop them)",
+        live.join(", ")
+    )
+}
+
+/// Whether `path` is an ancestor of the control tree ([`MIGRATION_ROOT`]).
+fn holds_control(path: &str) -> bool {
+    MIGRATION_ROOT
+        .strip_prefix(path)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Deletes the subtree at `path`, except the control tree of earlier
+/// migrations: its pointer sends a node started with this store's URL to
+/// the store the data moved to (the coordinator removes the pointer just
+/// before the flip that makes this store the one in use).
+pub(crate) async fn wipe(store: &dyn MetadataStore, path: &str) -> Result<()> {
+    if path == MIGRATION_ROOT {
+        return Ok(());
+    }
+    if holds_control(path) {
+        for c in children_or_empty(store, path).await? {
+            Box::pin(wipe(store, &format!("{path}/{c}"))).await?;
+        }
+        return Ok(());
+    }
+    store.delete_recursive(path).await
 }

@@ -562,3 +562,79 @@ async fn a_way_back_into_a_zookeeper_root_holding_bookkeeper_metadata_is_refused
     assert!(t.exists("/ledgers/layout").await.unwrap().is_some());
     let _ = whole.delete_recursive(&format!("/back-{n}")).await;
 }
+
+/// The way back into the store a migration left: the wipe keeps that
+/// migration's pointer, so a node started meanwhile with the old URL
+/// follows it to where the data is and moves back with the others; the
+/// pointer goes before the flip, so nobody follows it again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_way_back_keeps_the_pointer_until_the_flip() {
+    let stores = NamedMemoryStores::new();
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    populate(src.as_ref(), 10, 10).await;
+    let a = participant(opener.clone(), "memory://src", "a").await;
+    let mut c = Coordinator::start(
+        src.clone(),
+        opener.as_ref(),
+        request("memory://src", "memory://dst", None),
+        coordinator_options(),
+    )
+    .await
+    .expect("start");
+    assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
+    wait_swapped(&[&a], "memory://dst").await;
+
+    // Back to `src`: its old tree is listed (not its control tree) and wiped.
+    let dst: Arc<dyn MetadataStore> = Arc::new(stores.session("dst"));
+    let plan = Coordinator::plan(
+        dst.clone(),
+        opener.as_ref(),
+        request("memory://dst", "memory://src", Some("/")),
+    )
+    .await
+    .expect("plan");
+    assert!(plan
+        .target()
+        .entries
+        .iter()
+        .all(|e| e.path != "/admin" || e.nodes == 0));
+    plan.close().await;
+    let mut back = Coordinator::start(
+        dst.clone(),
+        opener.as_ref(),
+        request("memory://dst", "memory://src", Some("/")),
+        coordinator_options(),
+    )
+    .await
+    .expect("start back");
+    // A node started now with the old URL follows the pointer to `dst` and
+    // takes part in the way back.
+    let late = participant(opener.clone(), "memory://src", "late").await;
+    assert_eq!(late.url(), "memory://dst");
+    late.put("/late/write", b"kept", ExpectedVersion::Any)
+        .await
+        .expect("write");
+    assert_eq!(back.run().await.expect("run back").phase, Phase::Completed);
+    wait_swapped(&[&a, &late], "memory://src").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        a.url(),
+        "memory://src",
+        "nobody follows an old pointer again"
+    );
+    assert_eq!(late.url(), "memory://src");
+    let s = stores.session("src");
+    assert_eq!(
+        s.get("/late/write").await.unwrap().expect("moved").value,
+        b"kept"
+    );
+    assert!(s
+        .get(bkswitch_metadata_migration::CURRENT_PATH)
+        .await
+        .unwrap()
+        .is_none());
+    // And a node started with the new URL uses it.
+    let fresh = participant(opener.clone(), "memory://src", "fresh").await;
+    assert_eq!(fresh.url(), "memory://src");
+}

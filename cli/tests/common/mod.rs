@@ -12,6 +12,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+pub mod procs;
+
 pub use bkswitch_admin::testkit::{clusters, tree, ADMIN, INTERNAL};
 pub use bkswitch_admin::wire::BASE_PATH as BASE;
 
