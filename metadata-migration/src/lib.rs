@@ -2,7 +2,6 @@
 #![deny(missing_docs)]
 
 mod coordinator;
-mod forward;
 mod location;
 mod opener;
 mod participant;
@@ -10,6 +9,7 @@ mod record;
 mod start;
 mod sync;
 mod target;
+mod tasks;
 
 pub use coordinator::{abort, Coordinator, CoordinatorOptions, MigrationRequest};
 pub use location::{Backend, Nesting, StoreLocation};

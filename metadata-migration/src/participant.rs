@@ -4,19 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, RwLock};
 
 use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Notification,
-    Operation, Result, SessionEvent, Stat, WatchStream,
+    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Operation,
+    Result, Stat, WatchStream,
 };
 
 use crate::opener::StoreOpener;
@@ -84,17 +83,19 @@ struct PState {
     page_seq: u64,
     /// The record of the last migration followed to its target.
     completed: Option<MigrationRecord>,
-    /// Set when the store's session ended: writes are refused until the
-    /// participant registered again and read the record (a coordinator
-    /// does not wait for a participant whose registration is gone, so the
-    /// participant must not write while it has none).
-    fenced: bool,
+    /// The store's session generation the participant registered under.
+    /// While the store's generation differs (its session ended: the
+    /// registration went with it) writes are refused until the participant
+    /// registered again and read the record: a coordinator does not wait for
+    /// a participant whose registration is gone, so it must not write
+    /// without one.
+    registered_gen: Option<u64>,
 }
 
 pub(crate) struct Inner {
     pub(crate) current: ArcSwap<Slot>,
     opener: Arc<dyn StoreOpener>,
-    options: ParticipantOptions,
+    pub(crate) options: ParticipantOptions,
     state: Mutex<PState>,
     gate: RwLock<()>,
     generation: watch::Sender<u64>,
@@ -125,7 +126,7 @@ pub(crate) struct Inner {
 /// recorded target and logs a warning to change the configuration.
 #[derive(Clone)]
 pub struct MigratingStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for MigratingStore {
@@ -231,7 +232,7 @@ impl MigratingStore {
         this.register().await?;
         this.reconcile().await?;
         let weak = Arc::downgrade(&this.inner);
-        tokio::spawn(control_loop(weak));
+        tokio::spawn(crate::tasks::control_loop(weak));
         Ok(this)
     }
 
@@ -315,11 +316,15 @@ impl MigratingStore {
         };
         let ack = serde_json::to_vec(&ack).expect("serializes");
         let store = self.current();
+        let generation = store.session_generation();
         match store
             .create(&self.participant_path(), &ack, CreateMode::EPHEMERAL)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.inner.state.lock().registered_gen = generation;
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(MetadataError::AlreadyExists {
                 op: Operation::Create,
                 path: format!(
@@ -343,6 +348,7 @@ impl MigratingStore {
     pub async fn reconcile(&self) -> Result<()> {
         let _one = self.inner.reconcile_lock.lock().await;
         let store = self.current();
+        self.ensure_registered(store.as_ref()).await?;
         let rec = read_current(store.as_ref()).await?;
         match rec {
             Some((rec, _)) if rec.phase.tracks() => self.follow(store, rec).await,
@@ -352,35 +358,64 @@ impl MigratingStore {
                 self.flip(store, rec).await
             }
             _ => {
-                if self.inner.state.lock().fenced
-                    && store.exists(&self.participant_path()).await?.is_none()
-                    && !self.inner.closed.load(Ordering::Acquire)
-                {
-                    self.register().await?;
-                }
                 let mut st = self.inner.state.lock();
                 st.tracking = None;
                 st.dirty.clear();
                 st.overflow = false;
-                st.fenced = false;
                 self.set_paused(&mut st, None);
                 Ok(())
             }
         }
     }
 
-    /// Refuses writes until the participant registered again (its session
-    /// ended: see `PState::fenced`).
-    fn fence(&self) {
-        let mut st = self.inner.state.lock();
-        if !st.fenced {
-            tracing::warn!(
-                "participant {}: the metadata session ended; writes wait until it registered \
-                 again and read the migration record",
-                self.inner.options.name
-            );
-            st.fenced = true;
+    /// Registers again when the store's session changed since the
+    /// participant registered (the registration went with the old session),
+    /// joining the migration it tracks first; until then writes are refused
+    /// (see `PState::registered_gen`).
+    async fn ensure_registered(&self, store: &dyn MetadataStore) -> Result<()> {
+        let generation = store.session_generation();
+        let tracking = {
+            let st = self.inner.state.lock();
+            if st.registered_gen == generation {
+                return Ok(());
+            }
+            st.tracking.clone()
+        };
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Ok(());
         }
+        tracing::warn!(
+            "participant {}: the metadata session ended; registering again (writes wait \
+             until then)",
+            self.inner.options.name
+        );
+        if let Some(id) = tracking {
+            store
+                .put(
+                    &format!("{}/{}", joined_path(&id), self.inner.options.name),
+                    b"",
+                    ExpectedVersion::Any,
+                )
+                .await?;
+        }
+        let ack = ParticipantAck {
+            node: self.inner.options.node.clone(),
+            ..ParticipantAck::default()
+        };
+        let value = serde_json::to_vec(&ack).expect("serializes");
+        match store
+            .create(&self.participant_path(), &value, CreateMode::EPHEMERAL)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let mut st = self.inner.state.lock();
+        st.registered_gen = generation;
+        // Answer the current request again (publish, acknowledge).
+        st.acked = None;
+        Ok(())
     }
 
     async fn follow(&self, store: Arc<dyn MetadataStore>, rec: MigrationRecord) -> Result<()> {
@@ -416,7 +451,6 @@ impl MigratingStore {
         if self.inner.state.lock().acked.as_ref() == Some(&want)
             && store.exists(&self.participant_path()).await?.is_some()
         {
-            self.inner.state.lock().fenced = false;
             return Ok(());
         }
         self.publish(store.as_ref(), &rec.id).await?;
@@ -453,9 +487,7 @@ impl MigratingStore {
                 store.create(&path, &value, CreateMode::EPHEMERAL).await?;
             }
         }
-        let mut st = self.inner.state.lock();
-        st.acked = Some(want);
-        st.fenced = false;
+        self.inner.state.lock().acked = Some(want);
         Ok(())
     }
 
@@ -522,6 +554,7 @@ impl MigratingStore {
                 Err(e) => return Err(e),
             }
         }
+        let target_gen = target.session_generation();
         self.inner.current.store(Arc::new(Slot {
             store: target,
             url: rec.target_url.clone(),
@@ -535,7 +568,9 @@ impl MigratingStore {
             st.overflow = false;
             self.set_paused(&mut st, None);
             st.acked = None;
-            st.fenced = false;
+            // Registered in the target right below; its ephemeral nodes are
+            // recreated already.
+            st.registered_gen = target_gen;
             st.completed = Some(rec.clone());
         }
         tracing::info!(
@@ -585,57 +620,6 @@ impl MigratingStore {
     }
 }
 
-async fn control_loop(weak: Weak<Inner>) {
-    let mut watched: Option<(String, WatchStream, WatchStream)> = None;
-    loop {
-        let Some(inner) = weak.upgrade() else { return };
-        if inner.closed.load(Ordering::Acquire) {
-            return;
-        }
-        let this = MigratingStore { inner };
-        let poll = this.inner.options.poll_interval;
-        let url = this.url();
-        if watched.as_ref().map(|w| &w.0) != Some(&url) {
-            let store = this.current();
-            let a = store.watch(crate::record::CURRENT_PATH).await;
-            let b = store.watch(crate::record::MIGRATION_ROOT).await;
-            watched = match (a, b) {
-                (Ok(a), Ok(b)) => Some((url.clone(), a, b)),
-                _ => None,
-            };
-        }
-        if let Err(e) = this.reconcile().await {
-            tracing::warn!("participant {}: following the migration: {e}", this.name());
-        }
-        drop(this);
-        let ended = match watched.as_mut() {
-            Some((_, a, b)) => {
-                let n = tokio::select! {
-                    n = a.next() => Some(n),
-                    n = b.next() => Some(n),
-                    _ = tokio::time::sleep(poll) => None,
-                };
-                if let Some(Some(Notification::Session(SessionEvent::SessionExpired))) = &n {
-                    if let Some(inner) = weak.upgrade() {
-                        MigratingStore { inner }.fence();
-                    }
-                }
-                matches!(n, Some(None))
-            }
-            None => {
-                tokio::time::sleep(poll).await;
-                false
-            }
-        };
-        if ended {
-            // The store ended the streams (closed after a swap): arm again
-            // on the store in use, without spinning.
-            watched = None;
-            tokio::time::sleep(poll).await;
-        }
-    }
-}
-
 impl MigratingStore {
     /// Passes the write gate: `None` for control paths (never gated), the
     /// in-flight guard otherwise (held until the write is tracked).
@@ -649,11 +633,12 @@ impl MigratingStore {
             return Ok(None);
         }
         let guard = self.inner.gate.read().await;
+        let generation = self.current().session_generation();
         let st = self.inner.state.lock();
         if let Some(reason) = st.paused.clone() {
             return Err(paused_error(op, path, &reason));
         }
-        if st.fenced {
+        if st.registered_gen != generation {
             return Err(paused_error(
                 op,
                 path,
@@ -738,9 +723,7 @@ impl MetadataStore for MigratingStore {
         let (tx, rx) = mpsc::unbounded_channel();
         let weak = Arc::downgrade(&self.inner);
         let owned = path.to_owned();
-        tokio::spawn(crate::forward::forward_watch(
-            weak, owned, first, gen_rx, tx,
-        ));
+        tokio::spawn(crate::tasks::forward_watch(weak, owned, first, gen_rx, tx));
         Ok(WatchStream::from_channel(path, rx, None))
     }
 

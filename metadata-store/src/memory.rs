@@ -645,6 +645,10 @@ impl MetadataStore for MemoryStore {
         true
     }
 
+    fn session_generation(&self) -> Option<u64> {
+        Some(self.handle.session.load(Ordering::Relaxed))
+    }
+
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
         let op = Operation::Put;
         check_put_args(path, value, ExpectedVersion::NotExists)?;

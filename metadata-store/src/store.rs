@@ -156,6 +156,17 @@ pub trait MetadataStore: Send + Sync + Debug {
         false
     }
 
+    /// The generation of the store's session: a number that changes
+    /// whenever a new session replaces one that ended (ZooKeeper session
+    /// expiry, a lost etcd lease, [`MemoryStore::expire_session`](crate::MemoryStore::expire_session)),
+    /// read without a round trip. A client that must not write once its
+    /// ephemeral nodes may be gone (a migration participant) compares it
+    /// with the generation it registered under. `None`: the store has no
+    /// sessions, or (the default) does not say; a wrapper forwards it.
+    fn session_generation(&self) -> Option<u64> {
+        None
+    }
+
     /// Writes like [`put`](Self::put) and returns only the new version, so a
     /// store may leave out the reads that the rest of the [`Stat`] needs.
     /// Compare-and-set loops that keep nothing but the version (the managed
@@ -281,6 +292,10 @@ impl<T: MetadataStore + ?Sized> MetadataStore for Arc<T> {
 
     fn can_import_versions(&self) -> bool {
         (**self).can_import_versions()
+    }
+
+    fn session_generation(&self) -> Option<u64> {
+        (**self).session_generation()
     }
 
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {

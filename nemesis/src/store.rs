@@ -159,6 +159,10 @@ impl MetadataStore for Gate {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn session_generation(&self) -> Option<u64> {
+        self.inner.session_generation()
+    }
 }
 
 /// Every kind of metadata write a node makes, by the path it writes: an

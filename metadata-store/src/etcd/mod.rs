@@ -1405,6 +1405,10 @@ impl MetadataStore for EtcdStore {
         true
     }
 
+    fn session_generation(&self) -> Option<u64> {
+        Some(self.inner.generation.load(Ordering::Acquire))
+    }
+
     /// etcd numbers versions itself, so the store keeps the difference in a
     /// side key (`o`) and adds it when reading; a conditional write of an
     /// imported node costs one more round trip than of a plain one. Pulsar's

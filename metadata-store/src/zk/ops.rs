@@ -250,6 +250,10 @@ impl MetadataStore for ZkStore {
         true
     }
 
+    fn session_generation(&self) -> Option<u64> {
+        Some(self.inner.conn.load().generation)
+    }
+
     /// ZooKeeper numbers versions itself (+1 per setData), so version `v` is
     /// imported as a create and then `v` writes of the same value, each a
     /// compare-and-set on the version just reached: `v + 1` round trips,

@@ -1,5 +1,6 @@
-//! Watches through a [`MigratingStore`](crate::MigratingStore): forwarded
-//! from the store in use and re-armed on the target after a swap.
+//! The background tasks of a [`MigratingStore`](crate::MigratingStore): the
+//! loop that follows the migration record, and the watches forwarded from
+//! the store in use and re-armed on the target after a swap.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -9,7 +10,7 @@ use bkswitch_metadata_store::{ErrorKind, Notification, WatchStream};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use crate::participant::Inner;
+use crate::participant::{Inner, MigratingStore};
 
 pub(crate) async fn forward_watch(
     weak: Weak<Inner>,
@@ -93,4 +94,49 @@ async fn rearm(
                 path: path.to_owned(),
             })
             .is_ok()
+}
+
+pub(crate) async fn control_loop(weak: Weak<Inner>) {
+    let mut watched: Option<(String, WatchStream, WatchStream)> = None;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let this = MigratingStore { inner };
+        let poll = this.inner.options.poll_interval;
+        let url = this.url();
+        if watched.as_ref().map(|w| &w.0) != Some(&url) {
+            let store = this.current();
+            let a = store.watch(crate::record::CURRENT_PATH).await;
+            let b = store.watch(crate::record::MIGRATION_ROOT).await;
+            watched = match (a, b) {
+                (Ok(a), Ok(b)) => Some((url.clone(), a, b)),
+                _ => None,
+            };
+        }
+        if let Err(e) = this.reconcile().await {
+            tracing::warn!("participant {}: following the migration: {e}", this.name());
+        }
+        drop(this);
+        let ended = match watched.as_mut() {
+            Some((_, a, b)) => {
+                tokio::select! {
+                    n = a.next() => n.is_none(),
+                    n = b.next() => n.is_none(),
+                    _ = tokio::time::sleep(poll) => false,
+                }
+            }
+            None => {
+                tokio::time::sleep(poll).await;
+                false
+            }
+        };
+        if ended {
+            // The store ended the streams (closed after a swap): arm again
+            // on the store in use, without spinning.
+            watched = None;
+            tokio::time::sleep(poll).await;
+        }
+    }
 }
