@@ -4,7 +4,8 @@
 //! `bookie-clusters metadata-migration start`.
 //!
 //! - the leader (which runs the migration) SIGKILLed in the write pause: the
-//!   next leader finishes it and writes resume on the target;
+//!   next leader finishes it (a re-scan covers the dead participant, not
+//!   waited for) and writes resume on the target;
 //! - a participant SIGKILLed before it acknowledged: the migration fails
 //!   after the ack timeout with writes never paused, and once the dead
 //!   participant's registration is gone a new start completes;
@@ -101,10 +102,10 @@ async fn the_leader_killed_in_the_write_pause_is_taken_over_and_writes_resume() 
     assert_eq!(status(&other)["phase"], "PAUSED", "{}", logs(&nodes));
     kill(nodes.remove(lead));
 
-    // The next leader (once the dead session expired) resumes the pause,
-    // waits for the dead participant (it joined: its session may have ended
-    // while it lives on) until the ack timeout, presumes it dead, re-scans
-    // the tree and flips.
+    // The next leader (once the dead session expired) resumes the pause;
+    // the dead participant is not registered any more, so it is not waited
+    // for: the pause re-scans the tree once (it joined and left without
+    // publishing) and flips.
     let doc = until_ended(&nodes[0].url, &nodes, 90).await;
     assert_eq!(doc["phase"], "COMPLETED", "{doc}\n{}", logs(&nodes));
     assert!(
@@ -115,8 +116,7 @@ async fn the_leader_killed_in_the_write_pause_is_taken_over_and_writes_resume() 
     all_on(&nodes, &target).await;
     let resumed = paused_at.elapsed();
     // The bound: the dead session's timeout (4 s), the election, one poll of
-    // the new leader, the wait for the dead participant (the 3 s ack
-    // timeout) and the pause step with its re-scan.
+    // the new leader and the pause step with its re-scan.
     assert!(resumed < Duration::from_secs(20), "{resumed:?}");
     assert!(
         nodes.iter().any(|p| std::fs::read_to_string(&p.log)
@@ -459,9 +459,12 @@ async fn a_parent_with_60_000_children_moves_under_traffic() {
 
 /// A participant's session lost during the copy: a node that does not lead is
 /// stopped (SIGSTOP) for longer than its 4 s session, then continued. Its
-/// registration and ephemeral nodes are gone meanwhile; when it runs again it
-/// registers anew, follows the migration and moves with the others; nothing
-/// written before is lost.
+/// registration and ephemeral nodes are gone meanwhile, so the coordinator
+/// does not wait for it (one re-scan covers what it wrote): the migration may
+/// flip while it is stopped. When it runs again its store has a new session:
+/// it writes nothing until it registered again and read the record, then
+/// follows the migration to the target; nothing written before is lost and
+/// its traffic has no gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_participant_whose_session_is_lost_during_the_copy_moves_with_the_others() {
     let _one = SERIAL.lock().await;
@@ -511,9 +514,9 @@ async fn a_participant_whose_session_is_lost_during_the_copy_moves_with_the_othe
     // Longer than the session: ZooKeeper expires it.
     tokio::time::sleep(Duration::from_secs(7)).await;
     let doc = status(&url);
-    assert!(
-        !matches!(doc["phase"].as_str().unwrap(), "COMPLETED"),
-        "the migration must not flip without the stopped participant: {doc}"
+    eprintln!(
+        "phase while the participant was stopped past its session: {}",
+        doc["phase"]
     );
     assert!(Command::new("kill")
         .args(["-CONT", &pid])
