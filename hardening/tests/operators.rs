@@ -76,6 +76,10 @@ impl MetadataStore for SlowStore {
     async fn close(&self) -> bkswitch_metadata_store::Result<()> {
         self.inner.close().await
     }
+
+    fn session_generation(&self) -> Option<u64> {
+        self.inner.session_generation()
+    }
 }
 
 /// `clusters()` plus `new2`, whose id generator is beyond both others.

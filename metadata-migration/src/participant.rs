@@ -759,6 +759,12 @@ impl MetadataStore for MigratingStore {
         self.current().can_import_versions()
     }
 
+    /// The store in use's: it changes at a flip too (the participant
+    /// recreates its ephemeral nodes in the target itself).
+    fn session_generation(&self) -> Option<u64> {
+        self.current().session_generation()
+    }
+
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
         let _in_flight = self.enter_gate(Operation::Put, path).await?;
         let r = self.current().import_version(path, value, version).await;

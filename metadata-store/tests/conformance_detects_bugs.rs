@@ -100,6 +100,10 @@ impl MetadataStore for Buggy {
         self.inner.can_import_versions()
     }
 
+    fn session_generation(&self) -> Option<u64> {
+        self.inner.session_generation()
+    }
+
     async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
         self.inner.import_version(path, value, version).await
     }

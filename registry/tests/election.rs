@@ -221,6 +221,10 @@ impl MetadataStore for LossyStore {
     async fn close(&self) -> bkswitch_metadata_store::Result<()> {
         self.inner.close().await
     }
+
+    fn session_generation(&self) -> Option<u64> {
+        self.inner.session_generation()
+    }
 }
 
 const LEADER_DIR: &str = "/admin/bookie-clusters/leader";
