@@ -8,8 +8,8 @@ use bkswitch_metadata_store::{
     ErrorKind, ExpectedVersion, MetadataError, MetadataStore, MetadataStoreExt, Operation, Result,
 };
 
+use crate::dirty::DirtyPage;
 use crate::opener::StoreOpener;
-use crate::participant::DirtyPage;
 use crate::record::{
     corrupt, dirty_path, joined_path, read_current, record_path, write_record, MigrationRecord,
     ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod coordinator;
+mod dirty;
 mod location;
 mod opener;
 mod participant;

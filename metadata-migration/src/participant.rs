@@ -10,7 +10,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch, RwLock};
 
 use bkswitch_metadata_store::{
@@ -20,10 +19,9 @@ use bkswitch_metadata_store::{
 
 use crate::opener::StoreOpener;
 use crate::record::{
-    dirty_path, is_control_path, joined_path, read_current, MigrationRecord, ParticipantAck, Phase,
+    is_control_path, joined_path, read_current, MigrationRecord, ParticipantAck, Phase,
     PARTICIPANTS_PATH,
 };
-use crate::sync::parent_of;
 
 /// Settings of a [`MigratingStore`].
 #[derive(Debug, Clone)]
@@ -60,43 +58,36 @@ impl Default for ParticipantOptions {
     }
 }
 
-/// One published page of dirty paths (JSON).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct DirtyPage {
-    pub(crate) paths: Vec<String>,
-    pub(crate) overflow: bool,
-}
-
 pub(crate) struct Slot {
     pub(crate) store: Arc<dyn MetadataStore>,
     url: String,
 }
 
 #[derive(Default)]
-struct PState {
-    tracking: Option<String>,
-    dirty: BTreeSet<String>,
-    overflow: bool,
-    paused: Option<String>,
-    acked: Option<(String, Phase, u64)>,
-    ephemerals: BTreeMap<String, Vec<u8>>,
-    page_seq: u64,
+pub(crate) struct PState {
+    pub(crate) tracking: Option<String>,
+    pub(crate) dirty: BTreeSet<String>,
+    pub(crate) overflow: bool,
+    pub(crate) paused: Option<String>,
+    pub(crate) acked: Option<(String, Phase, u64)>,
+    pub(crate) ephemerals: BTreeMap<String, Vec<u8>>,
+    pub(crate) page_seq: u64,
     /// The record of the last migration followed to its target.
-    completed: Option<MigrationRecord>,
+    pub(crate) completed: Option<MigrationRecord>,
     /// The store's session generation the participant registered under.
     /// While the store's generation differs (its session ended: the
     /// registration went with it) writes are refused until the participant
     /// registered again and read the record: a coordinator does not wait for
     /// a participant whose registration is gone, so it must not write
     /// without one.
-    registered_gen: Option<u64>,
+    pub(crate) registered_gen: Option<u64>,
 }
 
 pub(crate) struct Inner {
     pub(crate) current: ArcSwap<Slot>,
     opener: Arc<dyn StoreOpener>,
     pub(crate) options: ParticipantOptions,
-    state: Mutex<PState>,
+    pub(crate) state: Mutex<PState>,
     gate: RwLock<()>,
     generation: watch::Sender<u64>,
     /// `true` while the write gate is closed (mirrors `PState::paused`).
@@ -415,6 +406,9 @@ impl MigratingStore {
         st.registered_gen = generation;
         // Answer the current request again (publish, acknowledge).
         st.acked = None;
+        // The ephemeral nodes created before went with the session: never
+        // recreate them at a flip (their owners create new ones).
+        st.ephemerals.clear();
         Ok(())
     }
 
@@ -491,52 +485,6 @@ impl MigratingStore {
         Ok(())
     }
 
-    /// Publishes the dirty set as pages under [`dirty_path`] and empties it.
-    async fn publish(&self, store: &dyn MetadataStore, id: &str) -> Result<()> {
-        let (paths, overflow, seq) = {
-            let mut st = self.inner.state.lock();
-            let paths = std::mem::take(&mut st.dirty);
-            let overflow = std::mem::take(&mut st.overflow);
-            st.page_seq += 1;
-            (paths, overflow, st.page_seq)
-        };
-        if paths.is_empty() && !overflow {
-            return Ok(());
-        }
-        let mut page = DirtyPage {
-            paths: Vec::new(),
-            overflow,
-        };
-        let mut bytes = 0;
-        let mut n = 0;
-        let base = dirty_path(id);
-        let name = &self.inner.options.name;
-        let mut pages = Vec::new();
-        for p in paths {
-            bytes += p.len() + 4;
-            page.paths.push(p);
-            if bytes >= self.inner.options.page_bytes {
-                pages.push(std::mem::take(&mut page));
-                bytes = 0;
-            }
-        }
-        if !page.paths.is_empty() || page.overflow {
-            pages.push(page);
-        }
-        for page in pages {
-            let value = serde_json::to_vec(&page).expect("serializes");
-            store
-                .put(
-                    &format!("{base}/{seq:012}-{name}-{n:06}"),
-                    &value,
-                    ExpectedVersion::NotExists,
-                )
-                .await?;
-            n += 1;
-        }
-        Ok(())
-    }
-
     async fn flip(&self, old: Arc<dyn MetadataStore>, rec: MigrationRecord) -> Result<()> {
         let target = self.inner.opener.open(&rec.target_url).await?;
         let ephemerals: Vec<(String, Vec<u8>)> = self
@@ -548,6 +496,17 @@ impl MigratingStore {
             .map(|(p, v)| (p.clone(), v.clone()))
             .collect();
         for (path, value) in ephemerals {
+            // Only those still in the source as this participant left them:
+            // one deleted meanwhile (by its session's end, or by another
+            // client) does not come back.
+            match old.get(&path).await {
+                Ok(Some(r)) if r.stat.ephemeral && r.value == value => {}
+                Ok(_) => {
+                    self.inner.state.lock().ephemerals.remove(&path);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
             match target.create(&path, &value, CreateMode::EPHEMERAL).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
@@ -587,26 +546,6 @@ impl MigratingStore {
             let _ = old.close().await;
         }
         self.register().await
-    }
-
-    fn track(&self, path: &str) {
-        if is_control_path(path) {
-            return;
-        }
-        let mut st = self.inner.state.lock();
-        if st.tracking.is_none() || st.overflow {
-            return;
-        }
-        st.dirty.insert(path.to_owned());
-        if let Some(parent) = parent_of(path) {
-            if parent != "/" {
-                st.dirty.insert(parent.to_owned());
-            }
-        }
-        if st.dirty.len() > self.inner.options.dirty_limit {
-            st.dirty.clear();
-            st.overflow = true;
-        }
     }
 
     fn check_open(&self, op: Operation, path: &str) -> Result<()> {

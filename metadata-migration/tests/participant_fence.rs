@@ -137,3 +137,112 @@ async fn a_dead_incarnation_and_a_gone_registration_are_not_waited_for() {
     wait_swapped(&[&live, &restarted], "memory://dst").await;
     dead.close().await.unwrap();
 }
+
+/// M1: a publication that fails part-way (one transient error on a page of
+/// dirty paths) keeps what it did not publish: the next answer publishes it
+/// and the flip carries the acknowledged write. Before, the dirty set was
+/// emptied first, the next answer published nothing, and the coordinator
+/// flipped without that write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_publication_keeps_its_paths() {
+    use bkswitch_metadata_store::testkit::{InjectedFailure, RecordingStore};
+    let stores = NamedMemoryStores::new();
+    populate(&stores.session("src"), 20, 0).await;
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    let recording = Arc::new(RecordingStore::new(Arc::new(stores.session("src"))));
+    let p = MigratingStore::wrap(
+        recording.clone(),
+        "memory://src",
+        opener.clone(),
+        participant_options("p"),
+    )
+    .await
+    .expect("participant");
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    let mut c = Coordinator::start(
+        src.clone(),
+        opener.as_ref(),
+        request(),
+        CoordinatorOptions {
+            pause_threshold: 1,
+            ..coordinator_options()
+        },
+    )
+    .await
+    .expect("start");
+    while c.record().phase != Phase::CatchUp {
+        c.step().await.expect("step");
+    }
+    // Round one finds two paths (more than the threshold): verified, and a
+    // second round follows.
+    p.put("/a", b"1", ExpectedVersion::Any).await.unwrap();
+    p.put("/b", b"1", ExpectedVersion::Any).await.unwrap();
+    assert_eq!(c.step().await.expect("round 1"), Phase::CatchUp);
+    // An acknowledged write, then one failure on the next page it publishes
+    // (in this round or in the pause).
+    let stat = p.put("/k", b"acked", ExpectedVersion::Any).await.unwrap();
+    recording.fail_writes_matching("/dirty/", 1, InjectedFailure::Unavailable);
+    let rec = c.run().await.expect("run");
+    assert_eq!(rec.phase, Phase::Completed, "{rec:?}");
+    let dst = stores.session("dst");
+    let k = dst.get("/k").await.unwrap().expect("/k copied");
+    assert_eq!(
+        (k.value.as_slice(), k.stat.version),
+        (&b"acked"[..], stat.version)
+    );
+    wait_swapped(&[&p], "memory://dst").await;
+}
+
+/// M3: the ephemeral nodes of an ended session do not come back at the
+/// flip; only those still in the source as the participant left them are
+/// recreated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemerals_of_an_ended_session_do_not_come_back() {
+    let stores = NamedMemoryStores::new();
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    let session = stores.session("src");
+    let p = MigratingStore::wrap(
+        Arc::new(session.clone()),
+        "memory://src",
+        opener.clone(),
+        participant_options("p"),
+    )
+    .await
+    .expect("participant");
+    p.create("/election/cand-0001", b"me", CreateMode::EPHEMERAL)
+        .await
+        .unwrap();
+    p.create("/owners/t1", b"me", CreateMode::EPHEMERAL)
+        .await
+        .unwrap();
+    // The session ends: both go. The participant registers again and its
+    // owner takes a new candidate node.
+    session.expire_session().unwrap();
+    p.reconcile().await.unwrap();
+    p.create("/election/cand-0002", b"me", CreateMode::EPHEMERAL)
+        .await
+        .unwrap();
+    p.create("/owners/t2", b"me", CreateMode::EPHEMERAL)
+        .await
+        .unwrap();
+    // One of the new ones is deleted behind the participant's back.
+    stores
+        .session("src")
+        .delete("/owners/t2", ExpectedVersion::Any)
+        .await
+        .unwrap();
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    let mut c = Coordinator::start(src, opener.as_ref(), request(), coordinator_options())
+        .await
+        .expect("start");
+    assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
+    wait_swapped(&[&p], "memory://dst").await;
+    let dst = stores.session("dst");
+    assert!(dst.exists("/election/cand-0002").await.unwrap().is_some());
+    for gone in ["/election/cand-0001", "/owners/t1", "/owners/t2"] {
+        assert!(
+            dst.exists(gone).await.unwrap().is_none(),
+            "{gone} came back at the flip"
+        );
+    }
+}

@@ -7,10 +7,16 @@
 //! topics back).
 //!
 //! A registration left by a node that is gone — a crash, then a restart
-//! before its metadata session expired — is taken over: the registered REST
-//! address no longer accepts connections, or it is this node's own address
-//! (bound by it now). A registration whose address answers is a live node:
-//! refused with [`NodeError::DuplicateNodeId`].
+//! before its metadata session expired — is taken over: it was made on this
+//! machine (same host name and boot) with this node's own address (bound by
+//! this process now, so the old one is gone), or its address no longer
+//! accepts connections. A registration whose address answers is a live node,
+//! and one made on another machine with an address that only that machine
+//! reaches (loopback, unspecified: `127.0.0.1:8080` left on two hosts) cannot
+//! be probed from here: both are refused with [`NodeError::DuplicateNodeId`]
+//! (the id frees itself when the other node's session ends). Taking the
+//! second over without a probe made two such hosts take the id from each
+//! other forever.
 //!
 //! While the node runs, [`keep`] takes the registration again when it
 //! disappears (a session expiry deletes it with the session's ephemeral
@@ -48,6 +54,42 @@ pub(crate) struct Registration {
     pub(super) url: String,
     /// This start of the node (process id, start time, counter).
     pub(super) instance: String,
+    /// The machine it runs on (host name and boot id); empty in a
+    /// registration written by an older version.
+    #[serde(default)]
+    pub(super) host: String,
+}
+
+/// This machine: its host name and the kernel's boot id (Linux), so that a
+/// machine restarted with the same name counts as another one.
+fn this_host() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let name = read("/proc/sys/kernel/hostname");
+    let name = if name.is_empty() {
+        std::env::var("HOSTNAME").unwrap_or_default()
+    } else {
+        name
+    };
+    format!("{name}/{}", read("/proc/sys/kernel/random/boot_id"))
+}
+
+/// Whether `url`'s host is reachable only from the machine it runs on.
+fn local_only(url: &str) -> bool {
+    let host = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url)
+        .trim_end_matches('/');
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 impl Registration {
@@ -66,6 +108,7 @@ impl Registration {
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ),
+            host: this_host(),
         }
     }
 }
@@ -98,7 +141,10 @@ pub(crate) async fn register(
             continue; // gone meanwhile: create again
         };
         if let Ok(holder) = serde_json::from_slice::<Registration>(&current.value) {
-            if holder.url != reg.url && answers(&holder.url).await {
+            if holder.instance == reg.instance {
+                return Ok(()); // ours already (a create answered late)
+            }
+            if !holder_gone(&holder, reg).await {
                 return Err(NodeError::DuplicateNodeId {
                     node_id: reg.node_id.clone(),
                     url: holder.url,
@@ -202,6 +248,24 @@ async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) {
     }
 }
 
+/// Whether the node that wrote `holder` is gone, as seen by `reg`'s node.
+async fn holder_gone(holder: &Registration, reg: &Registration) -> bool {
+    let same_machine = !holder.host.is_empty() && holder.host == reg.host;
+    if same_machine && holder.url == reg.url {
+        // This process bound that address: the one that registered it is gone.
+        return true;
+    }
+    if !same_machine && !holder.host.is_empty() && local_only(&holder.url) {
+        // Another machine's loopback address: a probe would reach this one.
+        return false;
+    }
+    if holder.host.is_empty() && holder.url == reg.url {
+        // An older registration with this node's address: as before.
+        return true;
+    }
+    !answers(&holder.url).await
+}
+
 /// Whether something accepts connections at `url` (`http://host:port`).
 async fn answers(url: &str) -> bool {
     let Some(addr) = url.strip_prefix("http://") else {
@@ -212,4 +276,79 @@ async fn answers(url: &str) -> bool {
         tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(addr)).await,
         Ok(Ok(_))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bkswitch_metadata_store::MemoryStore;
+
+    const ROOT: &str = "/bkswitch/nodes";
+
+    async fn held_by(store: &MemoryStore, holder: &Registration) {
+        store
+            .create(
+                &path(ROOT, &holder.node_id),
+                &serde_json::to_vec(holder).unwrap(),
+                CreateMode::EPHEMERAL,
+            )
+            .await
+            .unwrap();
+    }
+
+    fn holder(url: &str, host: &str) -> Registration {
+        Registration {
+            host: host.to_owned(),
+            ..Registration::new("node-1", url)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_same_loopback_address_on_another_machine_is_not_taken_over() {
+        let store = MemoryStore::new();
+        let other = holder("http://127.0.0.1:8080", "other-host/boot-1");
+        held_by(&store, &other).await;
+        let me = Registration::new("node-1", "http://127.0.0.1:8080");
+        let e = register(&store, ROOT, &me).await.unwrap_err();
+        assert!(matches!(e, NodeError::DuplicateNodeId { .. }), "{e}");
+        // And the other one's registration is left as it was.
+        let r = store.get(&path(ROOT, "node-1")).await.unwrap().unwrap();
+        let kept: Registration = serde_json::from_slice(&r.value).unwrap();
+        assert_eq!(kept, other);
+        // Another loopback port of another machine: not probed either.
+        let me = Registration::new("node-1", "http://127.0.0.1:9");
+        assert!(register(&store, ROOT, &me).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_previous_process_of_this_machine_and_address_is_taken_over() {
+        let store = MemoryStore::new();
+        let old = holder("http://127.0.0.1:8080", &this_host());
+        held_by(&store, &old).await;
+        let me = Registration::new("node-1", "http://127.0.0.1:8080");
+        register(&store, ROOT, &me).await.unwrap();
+        let r = store.get(&path(ROOT, "node-1")).await.unwrap().unwrap();
+        let now: Registration = serde_json::from_slice(&r.value).unwrap();
+        assert_eq!(now.instance, me.instance);
+    }
+
+    #[tokio::test]
+    async fn a_routable_address_that_does_not_answer_is_taken_over() {
+        let store = MemoryStore::new();
+        // Port 9 (discard) on this machine: nothing listens there.
+        let gone = holder("http://127.0.0.1:9", &this_host());
+        held_by(&store, &gone).await;
+        let me = Registration::new("node-1", "http://127.0.0.1:8080");
+        register(&store, ROOT, &me).await.unwrap();
+        // One that answers is refused.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live = holder(
+            &format!("http://{}", listener.local_addr().unwrap()),
+            &this_host(),
+        );
+        let store = MemoryStore::new();
+        held_by(&store, &live).await;
+        let e = register(&store, ROOT, &me).await.unwrap_err();
+        assert!(matches!(e, NodeError::DuplicateNodeId { .. }), "{e}");
+    }
 }
