@@ -20,5 +20,5 @@ pub use record::{
     dirty_path, is_control_path, joined_path, read_current, read_record, record_path,
     MigrationRecord, ParticipantAck, Phase, CURRENT_PATH, MIGRATION_ROOT, PARTICIPANTS_PATH,
 };
-pub use start::StartPlan;
+pub use start::{StartPlan, OPEN_TIMEOUT};
 pub use target::{ProtectedRoot, TargetEntry, TargetPlan};

@@ -5,12 +5,19 @@
 
 use std::sync::Arc;
 
-use bkswitch_metadata_store::{ErrorKind, ExpectedVersion, MetadataStore, Result};
+use bkswitch_metadata_store::{
+    ErrorKind, ExpectedVersion, MetadataError, MetadataStore, Operation, Result,
+};
 
 use crate::coordinator::{Coordinator, CoordinatorOptions, MigrationRequest};
 use crate::opener::StoreOpener;
 use crate::record::{now_ms, read_current, record_path, MigrationRecord, Phase, CURRENT_PATH};
 use crate::target::{check_locations, inspect, refused, wipe, TargetPlan};
+
+/// How long a start waits for the target to open (a start is an operator's
+/// call: an unreachable target answers "unavailable" before the caller's
+/// own timeout).
+pub const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A migration start that passed every check ([`Coordinator::plan`]): the
 /// target is open, nothing is written yet.
@@ -62,7 +69,20 @@ impl Coordinator {
         }
         let location =
             check_locations(&request.source_url, &request.target_url, &request.protected).await?;
-        let target = opener.open(&request.target_url).await?;
+        let target =
+            match tokio::time::timeout(OPEN_TIMEOUT, opener.open(&request.target_url)).await {
+                Ok(opened) => opened?,
+                Err(_) => {
+                    return Err(MetadataError::Unavailable {
+                        op: Operation::Connect,
+                        path: request.target_url.clone(),
+                        reason: format!(
+                        "the target metadata store did not answer within {OPEN_TIMEOUT:?}; check \
+                         that its servers run and are reachable, then retry. Nothing was written"
+                    ),
+                    })
+                }
+            };
         match inspect(&target, &request.target_url, &location.root).await {
             Ok(plan) => Ok(StartPlan {
                 source,

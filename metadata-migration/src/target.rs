@@ -52,6 +52,25 @@ pub struct TargetEntry {
     pub owner: Option<String>,
     /// Whether a migration may delete it (nothing protected inside).
     pub deletable: bool,
+    /// What it looks like, by its name at the top of a Pulsar or bkswitch
+    /// tree (`managed ledgers and cursors`), when it is one of those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// What a top-level subtree of Pulsar's or bkswitch's layout holds.
+fn kind_of(top: &str) -> Option<String> {
+    let kind = match top.trim_start_matches('/') {
+        "managed-ledgers" => "Pulsar/bkswitch managed ledgers and cursors",
+        "schemas" => "Pulsar/bkswitch schemas",
+        "admin" => "bkswitch registry, switch and migration records, or Pulsar's policies",
+        "bkswitch" => "bkswitch node registrations and topic ownership",
+        "loadbalance" => "Pulsar load-balancer data",
+        "namespace" => "Pulsar namespace ownership",
+        "ledgers" => "a BookKeeper-style path (without a layout node)",
+        _ => return None,
+    };
+    Some(kind.to_owned())
 }
 
 /// What the target holds, as a migration start sees it.
@@ -79,9 +98,10 @@ impl TargetPlan {
             .entries
             .iter()
             .take(max)
-            .map(|e| match &e.owner {
-                Some(owner) => format!("{} ({} nodes, {owner})", e.path, e.nodes),
-                None => format!("{} ({} nodes, no known owner)", e.path, e.nodes),
+            .map(|e| match (&e.owner, &e.kind) {
+                (Some(owner), _) => format!("{} ({} nodes, {owner})", e.path, e.nodes),
+                (None, Some(kind)) => format!("{} ({} nodes: {kind})", e.path, e.nodes),
+                (None, None) => format!("{} ({} nodes, no known owner)", e.path, e.nodes),
             })
             .collect();
         if self.entries.len() > max {
@@ -287,6 +307,7 @@ async fn inspect_subtree(store: &dyn MetadataStore, top: &str) -> Result<TargetE
     }
     Ok(TargetEntry {
         path: top.to_owned(),
+        kind: kind_of(top),
         nodes,
         deletable: owners.is_empty(),
         owner: if owners.is_empty() {

@@ -287,15 +287,24 @@ pub(super) async fn start_migration(
     let wipe = match &body.wipe_target {
         None | Some(WipeTarget::Flag(false)) => None,
         Some(WipeTarget::Flag(true)) => {
+            // A target that may not be wiped at all says so first.
+            let plan = node.plan_metadata_migration(&body.target_url).await?;
             return Err(ApiError::invalid(
                 Some("wipeTarget"),
                 format!(
-                    "wipeTarget must name the root of `{}` that the wipe empties (for instance \
-                     \"/\" or \"/pulsar\"), not `true`: see what it would delete with \
-                     {{\"dryRun\": true}} first. Nothing was written",
-                    body.target_url
+                    "wipeTarget must name the root of `{}` that the wipe empties (here \
+                     \"{}\"), not `true`: it would delete {} nodes ({}); see them with \
+                     {{\"dryRun\": true}}. Nothing was written",
+                    body.target_url,
+                    plan.root,
+                    plan.nodes(),
+                    plan.entries
+                        .iter()
+                        .map(|e| e.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
-            ))
+            ));
         }
         Some(WipeTarget::Root(root)) => Some(root.as_str()),
     };

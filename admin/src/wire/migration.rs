@@ -65,6 +65,10 @@ pub struct PlanEntryDoc {
     pub path: String,
     /// Nodes in it, itself included.
     pub nodes: u64,
+    /// What it looks like (a top-level name of Pulsar's or bkswitch's
+    /// layout), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl MigrationPlanDoc {
@@ -80,6 +84,7 @@ impl MigrationPlanDoc {
                 .map(|e| PlanEntryDoc {
                     path: e.path.clone(),
                     nodes: e.nodes,
+                    kind: e.kind.clone(),
                 })
                 .collect(),
             nodes: plan.nodes(),

@@ -281,7 +281,10 @@ fn write_plan(out: &mut dyn Write, plan: &MigrationPlanDoc) -> io::Result<()> {
         plan.would_delete.len()
     )?;
     for e in &plan.would_delete {
-        writeln!(out, "  {}  ({} nodes)", e.path, e.nodes)?;
+        match &e.kind {
+            Some(kind) => writeln!(out, "  {}  ({} nodes: {kind})", e.path, e.nodes)?,
+            None => writeln!(out, "  {}  ({} nodes)", e.path, e.nodes)?,
+        }
     }
     writeln!(
         out,
