@@ -12,7 +12,7 @@ use bkswitch_metadata_store::{
 use crate::coordinator::{Coordinator, CoordinatorOptions, MigrationRequest};
 use crate::opener::StoreOpener;
 use crate::record::{now_ms, read_current, record_path, MigrationRecord, Phase, CURRENT_PATH};
-use crate::target::{check_locations, inspect, refused, wipe, TargetPlan};
+use crate::target::{check_ancestors, check_locations, inspect, refused, wipe, TargetPlan};
 
 /// How long a start waits for the target to open (a start is an operator's
 /// call: an unreachable target answers "unavailable" before the caller's
@@ -69,19 +69,19 @@ impl Coordinator {
         }
         let location =
             check_locations(&request.source_url, &request.target_url, &request.protected).await?;
+        match tokio::time::timeout(
+            OPEN_TIMEOUT,
+            check_ancestors(opener, &request.target_url, &location),
+        )
+        .await
+        {
+            Ok(checked) => checked?,
+            Err(_) => return Err(unreachable_target(&request.target_url)),
+        }
         let target =
             match tokio::time::timeout(OPEN_TIMEOUT, opener.open(&request.target_url)).await {
                 Ok(opened) => opened?,
-                Err(_) => {
-                    return Err(MetadataError::Unavailable {
-                        op: Operation::Connect,
-                        path: request.target_url.clone(),
-                        reason: format!(
-                        "the target metadata store did not answer within {OPEN_TIMEOUT:?}; check \
-                         that its servers run and are reachable, then retry. Nothing was written"
-                    ),
-                    })
-                }
+                Err(_) => return Err(unreachable_target(&request.target_url)),
             };
         match inspect(&target, &request.target_url, &location.root).await {
             Ok(plan) => Ok(StartPlan {
@@ -95,6 +95,17 @@ impl Coordinator {
                 Err(e)
             }
         }
+    }
+}
+
+fn unreachable_target(url: &str) -> MetadataError {
+    MetadataError::Unavailable {
+        op: Operation::Connect,
+        path: url.to_owned(),
+        reason: format!(
+            "the target metadata store did not answer within {OPEN_TIMEOUT:?}; check that its \
+             servers run and are reachable, then retry. Nothing was written"
+        ),
     }
 }
 

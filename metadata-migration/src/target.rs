@@ -236,6 +236,57 @@ pub(crate) async fn check_locations(
     Ok(target)
 }
 
+/// Refuses a target whose root lies inside BookKeeper ledger metadata that
+/// no registered cluster names: an ancestor of the root (on the same
+/// servers, read through a session without chroot or prefix) has a layout
+/// node or an instance id. Read only.
+pub(crate) async fn check_ancestors(
+    opener: &dyn crate::StoreOpener,
+    target_url: &str,
+    location: &StoreLocation,
+) -> Result<()> {
+    if location.root == "/" || location.backend == crate::Backend::Memory {
+        return Ok(());
+    }
+    let base_url = target_url
+        .strip_suffix(location.root.as_str())
+        .unwrap_or(target_url)
+        .to_owned();
+    let base = opener.open(&base_url).await?;
+    let mut found = None;
+    let mut ancestor = String::new();
+    let segments: Vec<&str> = location.root.trim_start_matches('/').split('/').collect();
+    'walk: for seg in &segments[..segments.len() - 1] {
+        ancestor.push('/');
+        ancestor.push_str(seg);
+        for marker in ["LAYOUT", "INSTANCEID", "layout", "instanceid"] {
+            match base.exists(&format!("{ancestor}/{marker}")).await {
+                Ok(Some(_)) => {
+                    found = Some(ancestor.clone());
+                    break 'walk;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = base.close().await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let _ = base.close().await;
+    match found {
+        Some(at) => Err(refused(
+            target_url,
+            format!(
+                "the target lies inside BookKeeper ledger metadata at {at} (its layout node or \
+                 instance id is there), which a migration never deletes or copies over. Name a \
+                 root of its own. Nothing was written"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Reads what the target holds: its top-level subtrees, their sizes and
 /// owners. Read only.
 pub(crate) async fn inspect(
@@ -246,9 +297,16 @@ pub(crate) async fn inspect(
     let mut names = children_or_empty(target.as_ref(), "/").await?;
     names.retain(|n| n != "zookeeper");
     names.sort();
+    // The target's root itself may be BookKeeper's (its layout node right
+    // below): then nothing in it is the migration's.
+    let root_owner = owner_of(target.as_ref(), "/", &names).await?;
     let mut entries = Vec::with_capacity(names.len());
     for name in names {
-        let entry = inspect_subtree(target.as_ref(), &format!("/{name}")).await?;
+        let mut entry = inspect_subtree(target.as_ref(), &format!("/{name}")).await?;
+        if let Some(owner) = &root_owner {
+            entry.deletable = false;
+            entry.owner = Some(format!("{owner}: the target's root itself"));
+        }
         // Only the control tree of earlier migrations: nothing to delete.
         if entry.nodes > 0 || !entry.deletable {
             entries.push(entry);
@@ -329,7 +387,12 @@ async fn owner_of(
     let has = |n: &str| children.iter().any(|c| c == n);
     for (layout, instance) in [("LAYOUT", "INSTANCEID"), ("layout", "instanceid")] {
         if has(layout) || has(instance) {
-            let id = match store.get(&format!("{path}/{instance}")).await? {
+            let at = if path == "/" {
+                format!("/{instance}")
+            } else {
+                format!("{path}/{instance}")
+            };
+            let id = match store.get(&at).await? {
                 Some(r) => String::from_utf8_lossy(&r.value).trim().to_owned(),
                 None => String::new(),
             };

@@ -225,6 +225,19 @@ async fn what_a_migration_does_not_own_is_never_wiped() {
         assert_eq!(subtree(&dst, "/").await, before, "{name} untouched");
     }
 
+    // The target's root is BookKeeper's own (its layout node right below).
+    let bkroot = stores.session("bkroot");
+    bookkeeper_root(&bkroot, "", true).await;
+    let before = subtree(&bkroot, "/").await;
+    let msg = refused(
+        src.clone(),
+        opener.as_ref(),
+        request("memory://src", "memory://bkroot", Some("/")),
+    )
+    .await;
+    assert!(msg.contains("the target's root itself"), "{msg}");
+    assert_eq!(subtree(&bkroot, "/").await, before);
+
     // A tree other nodes still use (participants registered in it), even
     // below the target's root.
     let used = stores.session("used");
@@ -542,6 +555,45 @@ async fn a_way_back_into_a_zookeeper_root_holding_bookkeeper_metadata_is_refused
         .await
         .unwrap()
         .is_none());
+    // No cluster registered: BookKeeper's root recognised all the same, as
+    // the target's root itself and as an ancestor of it (read without a
+    // chroot: opening the target would create its chroot inside).
+    let msg = refused(
+        src.clone(),
+        opener.as_ref(),
+        request(
+            &source_url,
+            &format!("zk://127.0.0.1:{port}/back-{n}/ledgers"),
+            Some(&format!("/back-{n}/ledgers")),
+        ),
+    )
+    .await;
+    assert!(
+        msg.contains("BookKeeper ledger metadata") && msg.contains("the target's root itself"),
+        "{msg}"
+    );
+    let msg = refused(
+        src.clone(),
+        opener.as_ref(),
+        request(
+            &source_url,
+            &format!("zk://localhost:{port}/back-{n}/ledgers/pulsar/x"),
+            None,
+        ),
+    )
+    .await;
+    assert!(
+        msg.contains(&format!(
+            "lies inside BookKeeper ledger metadata at /back-{n}/ledgers"
+        )),
+        "{msg}"
+    );
+    assert!(whole
+        .exists(&format!("/back-{n}/ledgers/pulsar"))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(subtree(whole.as_ref(), &format!("/back-{n}")).await, before);
 
     // BookKeeper's etcd layout under an etcd target is recognised too.
     let bk_etcd = etcd.url(&format!("/bk-{n}"));
