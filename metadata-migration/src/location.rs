@@ -128,9 +128,11 @@ impl StoreLocation {
     /// address and port. Every loopback address (and `localhost`, and the
     /// unspecified address) counts as this machine, whatever its spelling.
     ///
+    /// A host name that does not resolve is compared by its name.
+    ///
     /// # Errors
     ///
-    /// `Unavailable` when a host name does not resolve.
+    /// None today; kept fallible for resolvers that can fail for good.
     pub async fn shares_servers(&self, other: &StoreLocation) -> Result<bool> {
         if self.backend != other.backend {
             return Ok(false);
@@ -163,31 +165,38 @@ pub(crate) fn nesting(a: &str, b: &str) -> Option<Nesting> {
     }
 }
 
-/// An address as identity: loopback and unspecified addresses are "this
-/// machine" (`None`), others themselves (IPv4-mapped IPv6 as IPv4).
-fn identity(addr: SocketAddr) -> (Option<IpAddr>, u16) {
+/// Who answers at a server address.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Server {
+    /// This machine (any loopback or unspecified address).
+    Local(u16),
+    /// Another address (IPv4-mapped IPv6 as IPv4).
+    Addr(IpAddr, u16),
+    /// A host name that does not resolve here, by its name.
+    Name(String, u16),
+}
+
+fn identity(addr: SocketAddr) -> Server {
     let ip = match addr.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
     if ip.is_loopback() || ip.is_unspecified() {
-        (None, addr.port())
+        Server::Local(addr.port())
     } else {
-        (Some(ip), addr.port())
+        Server::Addr(ip, addr.port())
     }
 }
 
-async fn resolve_all(servers: &[(String, u16)]) -> Result<BTreeSet<(Option<IpAddr>, u16)>> {
+async fn resolve_all(servers: &[(String, u16)]) -> Result<BTreeSet<Server>> {
     let mut out = BTreeSet::new();
     for (host, port) in servers {
-        let addrs = tokio::net::lookup_host((host.as_str(), *port))
-            .await
-            .map_err(|e| MetadataError::Unavailable {
-                op: Operation::Connect,
-                path: format!("{host}:{port}"),
-                reason: format!("the host name does not resolve: {e}"),
-            })?;
-        out.extend(addrs.map(identity));
+        match tokio::net::lookup_host((host.as_str(), *port)).await {
+            Ok(addrs) => out.extend(addrs.map(identity)),
+            Err(_) => {
+                out.insert(Server::Name(host.clone(), *port));
+            }
+        }
     }
     Ok(out)
 }
@@ -249,6 +258,9 @@ mod tests {
             let b = StoreLocation::parse(same).unwrap();
             assert!(a.shares_servers(&b).await.unwrap(), "{same}");
         }
+        let unknown = StoreLocation::parse("zk://no-such-host.invalid:2181").unwrap();
+        assert!(unknown.shares_servers(&unknown).await.unwrap(), "by name");
+        assert!(!a.shares_servers(&unknown).await.unwrap());
         for other in ["zk://127.0.0.1:2182", "etcd://127.0.0.1:2181"] {
             let b = StoreLocation::parse(other).unwrap();
             assert!(!a.shares_servers(&b).await.unwrap(), "{other}");
