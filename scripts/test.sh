@@ -170,6 +170,23 @@ for banned in bkswitch-bk-router bkswitch-managed-ledger bkswitch-admin; do
   fi
 done
 
+# The libraries link no test code: no published crate reaches a suite, a
+# harness or any crate's `testkit` feature through its normal dependencies
+# (the test kits themselves, `bkswitch-conformance` and
+# `bkswitch-hook-conformance`, are the exception: they are what a storage
+# implementer's tests depend on).
+mapfile -t libraries < <(cargo metadata --no-deps --format-version 1 \
+  | python3 -c 'import json,sys; [print(p["name"]) for p in json.load(sys.stdin)["packages"] if p.get("publish") != [] and "conformance" not in p["name"]]')
+for crate in "${libraries[@]}"; do
+  tree=$(cargo tree --quiet -p "$crate" -e normal -e features --prefix none)
+  test -n "$tree" || { echo "error: cargo tree printed nothing for $crate" >&2; exit 1; }
+  if grep -E '^bkswitch-(hook-)?conformance v|harness v|feature "testkit"' <<<"$tree" | grep -q .; then
+    echo "error: $crate links test code through its normal dependencies:" >&2
+    grep -E '^bkswitch-(hook-)?conformance v|harness v|feature "testkit"' <<<"$tree" | sort -u >&2
+    exit 1
+  fi
+done
+
 step "packaging: cargo publish --dry-run of every published crate"
 # Packages each library crate and builds it from its packaged form, against
 # the other crates' packages (not their source folders): a crate that reaches
