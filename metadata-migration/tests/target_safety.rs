@@ -690,3 +690,38 @@ async fn the_way_back_keeps_the_pointer_until_the_flip() {
     let fresh = participant(opener.clone(), "memory://src", "fresh").await;
     assert_eq!(fresh.url(), "memory://src");
 }
+
+/// A well-formed target that cannot be reached is "unavailable" (retry),
+/// within the start's own bound, and nothing is written; a malformed one is
+/// an input error at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_target_is_unavailable_within_the_bound() {
+    let stores = NamedMemoryStores::new();
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    let opener = opener();
+    // Nothing listens on port 1.
+    let started = std::time::Instant::now();
+    let e = Coordinator::plan(
+        src.clone(),
+        opener.as_ref(),
+        request("memory://src", "zk://127.0.0.1:1/x", None),
+    )
+    .await
+    .expect_err("unreachable");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("Nothing was written"), "{e}");
+    assert!(
+        started.elapsed() < bkswitch_metadata_migration::OPEN_TIMEOUT + Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = Coordinator::plan(
+        src.clone(),
+        opener.as_ref(),
+        request("memory://src", "etcd://127.0.0.1 :1/x", None),
+    )
+    .await
+    .expect_err("malformed");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(src.children("/").await.unwrap().is_empty());
+}
