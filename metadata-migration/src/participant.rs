@@ -427,13 +427,25 @@ impl MigratingStore {
             }
         };
         if starting {
-            store
+            let marked = store
                 .put(
                     &format!("{}/{name}", joined_path(&rec.id)),
                     b"",
                     ExpectedVersion::Any,
                 )
-                .await?;
+                .await;
+            if let Err(e) = marked {
+                // Not joined: start again at the next look (the marker is
+                // what makes the coordinator re-scan for a participant that
+                // dies with unpublished writes; tracking without it lost
+                // them). Nothing was acknowledged, so the copy still covers
+                // the writes made until then.
+                let mut st = self.inner.state.lock();
+                if st.tracking.as_deref() == Some(rec.id.as_str()) {
+                    st.tracking = None;
+                }
+                return Err(e);
+            }
         }
         if rec.phase == Phase::Paused && !self.is_paused() {
             // Wait for the writes in flight, then close the gate.

@@ -246,3 +246,41 @@ async fn ephemerals_of_an_ended_session_do_not_come_back() {
         );
     }
 }
+
+/// Found by the migration nemesis (seed 1035 with store faults): a failed
+/// write of the joined marker left the participant tracking without a
+/// marker, so when it died later with unpublished writes nobody re-scanned
+/// and they were lost. Now a participant that could not write its marker
+/// starts tracking again, and has its marker before it acknowledges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_acknowledges_only_once_its_marker_is_written() {
+    use bkswitch_metadata_store::testkit::{InjectedFailure, RecordingStore};
+    let stores = NamedMemoryStores::new();
+    populate(&stores.session("src"), 10, 0).await;
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    let recording = Arc::new(RecordingStore::new(Arc::new(stores.session("src"))));
+    recording.fail_writes_matching("/joined/", 1, InjectedFailure::Unavailable);
+    let p = MigratingStore::wrap(
+        recording.clone(),
+        "memory://src",
+        opener.clone(),
+        participant_options("p"),
+    )
+    .await
+    .expect("participant");
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    let mut c = Coordinator::start(src.clone(), opener.as_ref(), request(), slow_acks())
+        .await
+        .expect("start");
+    // PREPARATION: every participant acknowledged tracking.
+    assert_eq!(c.step().await.expect("preparation"), Phase::Copying);
+    assert!(
+        src.exists(&format!("{}/p", joined_path("m")))
+            .await
+            .unwrap()
+            .is_some(),
+        "acknowledged without its joined marker"
+    );
+    assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
+    wait_swapped(&[&p], "memory://dst").await;
+}

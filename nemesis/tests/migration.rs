@@ -59,6 +59,7 @@ fn plans_hold_every_kind_of_operation_and_fault() {
         "Lose",
         "Restart",
         "ExpireSession",
+        "StoreFault",
     ] {
         assert!(seen.contains(kind), "no {kind} in {seen:?}");
     }

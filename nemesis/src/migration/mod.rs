@@ -11,7 +11,7 @@
 //!
 //! | operations | faults |
 //! |---|---|
-//! | start (to the other store, with or without wiping it), coordinator steps, abort, resume by a new coordinator (two coordinators at once when the old one was not stopped) | coordinator crash between steps and in the middle of a step (its future dropped), a participant stalled (registered, never answering: the ack timeout), a participant lost (its process gone, its session with it), a participant's session expired, a participant restarted |
+//! | start (to the other store, with or without wiping it, or aimed at the source or a protected root: refused), coordinator steps, abort, resume by a new coordinator (two coordinators at once when the old one was not stopped) | coordinator crash between steps and in the middle of a step (its future dropped), a participant stalled (registered, never answering: the ack timeout), a participant lost (its process gone, its session with it), a participant's session expired, a participant restarted, a store error on a participant's next write (its control nodes, clean or applied-then-failed; its keys, clean) |
 //!
 //! After the operations every fault heals, the unfinished migration (if
 //! any) is run to its end by a new coordinator, every writer is started
@@ -41,6 +41,7 @@ use bkswitch_metadata_migration::{
     ParticipantOptions, Phase, ProtectedRoot, StoreOpener, CURRENT_PATH, MIGRATION_ROOT,
     PARTICIPANTS_PATH,
 };
+use bkswitch_metadata_store::testkit::{InjectedFailure, RecordingStore};
 use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MemoryStore, MetadataStore};
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
@@ -62,8 +63,10 @@ pub const OPS: usize = 32;
 /// to (`docs/RELIABILITY.md`, the migration nemesis): a coordinator that lost
 /// its record copied the source over newer target writes; a participant whose
 /// session ended was not waited for in the pause and wrote through an open
-/// gate; a start wiped a store that a lagging participant still used.
-pub const MIGRATION_REGRESSION_SEEDS: [u64; 5] = [1007, 1008, 1037, 1128, 1137];
+/// gate; a start wiped a store that a lagging participant still used. 1035
+/// (with store faults): a participant whose joined marker failed to write
+/// tracked without it and, lost later, took unpublished writes with it.
+pub const MIGRATION_REGRESSION_SEEDS: [u64; 6] = [1007, 1008, 1035, 1037, 1128, 1137];
 
 /// What a migration history found.
 #[derive(Debug, Clone, Default)]
@@ -133,6 +136,9 @@ struct Model {
 struct Writer {
     store: MigratingStore,
     session: MemoryStore,
+    /// The stores this writer's participant opened, each behind a
+    /// fault-injecting wrapper; the last one is the one in use.
+    faults: Arc<FaultyOpener>,
     stop: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
@@ -243,10 +249,15 @@ impl Run {
         self.incarnations[w] += 1;
         let name = format!("writer-{w}-{}", self.incarnations[w]);
         let session = self.stores.session(name_of(&self.current));
+        let faults = Arc::new(FaultyOpener {
+            stores: self.stores.clone(),
+            last: Mutex::new(Arc::new(RecordingStore::new(Arc::new(session.clone())))),
+        });
+        let first = faults.last.lock().clone();
         let store = match MigratingStore::wrap(
-            Arc::new(session.clone()),
+            first,
             &self.current,
-            self.opener.clone(),
+            faults.clone(),
             ParticipantOptions {
                 name: name.clone(),
                 dirty_limit: self.plan.dirty_limit,
@@ -274,6 +285,7 @@ impl Run {
         Some(Writer {
             store,
             session,
+            faults,
             stop,
             task,
         })
@@ -352,6 +364,23 @@ impl Run {
             MigrationOp::ExpireSession { writer } => {
                 if let Some(wr) = &self.writers[usize::from(writer)] {
                     let _ = wr.session.expire_session();
+                }
+            }
+            MigrationOp::StoreFault {
+                writer,
+                control,
+                applied,
+            } => {
+                if let Some(wr) = &self.writers[usize::from(writer)] {
+                    let (pattern, failure) = match (control, applied) {
+                        (true, true) => (MIGRATION_ROOT, InjectedFailure::AppliedThenUnavailable),
+                        (true, false) => (MIGRATION_ROOT, InjectedFailure::Unavailable),
+                        (false, _) => ("/managed-ledgers/", InjectedFailure::Unavailable),
+                    };
+                    wr.faults
+                        .last
+                        .lock()
+                        .fail_writes_matching(pattern, 1, failure);
                 }
             }
             MigrationOp::Wait { ms } => {
@@ -591,6 +620,25 @@ impl Run {
 }
 
 /// Every path and value under `/` (control paths included).
+/// Opens the stores of one writer's participant (its first one, and the
+/// targets it follows) behind a [`RecordingStore`] that injects the faults
+/// the plan asks for; the last one opened is the one in use.
+#[derive(Debug)]
+struct FaultyOpener {
+    stores: NamedMemoryStores,
+    last: Mutex<Arc<RecordingStore>>,
+}
+
+#[async_trait::async_trait]
+impl StoreOpener for FaultyOpener {
+    async fn open(&self, url: &str) -> bkswitch_metadata_store::Result<Arc<dyn MetadataStore>> {
+        let inner = self.stores.open(url).await?;
+        let store = Arc::new(RecordingStore::new(inner));
+        *self.last.lock() = store.clone();
+        Ok(store)
+    }
+}
+
 /// The migration records and the current-migration pointer of a store.
 async fn records(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
     let mut out = Vec::new();

@@ -58,6 +58,19 @@ pub enum MigrationOp {
         /// Milliseconds.
         ms: u16,
     },
+    /// The next write of a writer's participant fails with a store error:
+    /// on its migration control nodes (its published dirty paths, its
+    /// acknowledgements, its markers), or on its own keys.
+    StoreFault {
+        /// The writer.
+        writer: u8,
+        /// On the control nodes (else on the writer's keys).
+        control: bool,
+        /// Applied by the store before the error (only on control nodes:
+        /// the writers do not re-read their keys after an ambiguous write,
+        /// a managed ledger does).
+        applied: bool,
+    },
 }
 
 /// A start aimed where a migration must never go.
@@ -119,6 +132,16 @@ impl MigrationPlan {
                 83..=86 => MigrationOp::ExpireSession { writer },
                 _ => MigrationOp::Wait { ms: rng.u16(1..40) },
             });
+            // Store faults come from the side generator too, between the
+            // operations: the older seeds keep every operation they had.
+            if aim.u8(0..6) == 0 {
+                let control = aim.bool();
+                ops.push(MigrationOp::StoreFault {
+                    writer: aim.u8(0..WRITERS as u8),
+                    control,
+                    applied: control && aim.bool(),
+                });
+            }
         }
         MigrationPlan {
             seed,
