@@ -66,7 +66,9 @@ pub const OPS: usize = 32;
 /// gate; a start wiped a store that a lagging participant still used. 1035
 /// (with store faults): a participant whose joined marker failed to write
 /// tracked without it and, lost later, took unpublished writes with it.
-pub const MIGRATION_REGRESSION_SEEDS: [u64; 6] = [1007, 1008, 1035, 1037, 1128, 1137];
+/// 1092 and 1375: lost writes with M1 (a failed publication of dirty paths
+/// dropped them) put back.
+pub const MIGRATION_REGRESSION_SEEDS: [u64; 8] = [1007, 1008, 1035, 1037, 1092, 1128, 1137, 1375];
 
 /// What a migration history found.
 #[derive(Debug, Clone, Default)]
