@@ -75,29 +75,17 @@ pub async fn start_node(
 /// Every node of the metadata tree with its value and version, sorted by path.
 /// Nodes that vanish while it walks are skipped.
 pub async fn tree(store: &dyn MetadataStore) -> BTreeMap<String, (Vec<u8>, i64)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec!["/".to_string()];
-    while let Some(p) = stack.pop() {
-        if let Ok(Some(r)) = store.get(&p).await {
-            out.insert(p.clone(), (r.value, r.stat.version));
-        }
-        if let Ok(children) = store.children(&p).await {
-            for c in children {
-                stack.push(if p == "/" {
-                    format!("/{c}")
-                } else {
-                    format!("{p}/{c}")
-                });
-            }
-        }
-    }
-    out
+    tree_with_child_versions(store)
+        .await
+        .into_iter()
+        .map(|(p, (value, version, _, _))| (p, (value, version)))
+        .collect()
 }
 
 /// Every node of the metadata tree with its value, version, child version
 /// and number of children, sorted by path: what "nothing was written"
 /// compares (a node created and deleted again still moves its parent's
-/// child version).
+/// child version). Nodes that vanish while it walks are skipped.
 pub async fn tree_with_child_versions(
     store: &dyn MetadataStore,
 ) -> BTreeMap<String, (Vec<u8>, i64, i64, i64)> {

@@ -3,30 +3,11 @@
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_metadata_migration::{Coordinator, MigrationRequest, Phase, StoreOpener, UrlOpener};
-use bkswitch_metadata_store::{CreateMode, MetadataStore, StoreTimeouts};
+use bkswitch_metadata_migration::{Coordinator, MigrationRequest, Phase};
+use bkswitch_metadata_store::{CreateMode, MetadataStore};
 use common::*;
-
-fn opener() -> Arc<dyn StoreOpener> {
-    Arc::new(UrlOpener {
-        timeouts: StoreTimeouts {
-            session: Duration::from_secs(5),
-            operation: Duration::from_secs(10),
-            connect: Duration::from_secs(20),
-        },
-    })
-}
-
-fn nonce() -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{}-{n:x}", std::process::id())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_to_etcd_and_back_under_live_writes() {
@@ -40,7 +21,7 @@ async fn zookeeper_to_etcd_and_back_under_live_writes() {
         nonce()
     );
     let etcd_url = bkswitch_etcd_harness::shared().url(&format!("/migration-{}", nonce()));
-    let opener = opener();
+    let opener = url_opener();
     let zk = opener.open(&zk_url).await.expect("zk");
     populate(zk.as_ref(), 100, 1_000).await;
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use bkswitch_metadata_migration::{
     Coordinator, MigrationRequest, NamedMemoryStores, Phase, ProtectedRoot, StoreLocation,
-    StoreOpener, UrlOpener,
+    StoreOpener,
 };
 use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt, StoreTimeouts,
+    CreateMode, ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt,
 };
 use common::*;
 
@@ -329,24 +329,6 @@ async fn a_target_changed_after_its_plan_is_not_wiped() {
 
 // ---- real servers --------------------------------------------------------
 
-fn opener() -> Arc<dyn StoreOpener> {
-    Arc::new(UrlOpener {
-        timeouts: StoreTimeouts {
-            session: Duration::from_secs(5),
-            operation: Duration::from_secs(10),
-            connect: Duration::from_secs(20),
-        },
-    })
-}
-
-fn nonce() -> String {
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{}-{n:x}", std::process::id())
-}
-
 /// The root of a store URL.
 fn root(url: &str) -> String {
     StoreLocation::parse(url).expect("url").root
@@ -358,7 +340,7 @@ async fn zookeeper_overlap_is_refused_in_every_spelling_and_nothing_is_written()
     let port = zk.port();
     let n = nonce();
     let source_url = format!("zk://127.0.0.1:{port}/src-{n}");
-    let opener = opener();
+    let opener = url_opener();
     let whole = opener
         .open(&format!("zk://127.0.0.1:{port}"))
         .await
@@ -445,7 +427,7 @@ async fn etcd_overlap_is_refused_in_every_spelling_and_nothing_is_written() {
     let source_url = etcd.url(&format!("/src-{n}"));
     let loc = StoreLocation::parse(&source_url).expect("url");
     let port = loc.servers[0].1;
-    let opener = opener();
+    let opener = url_opener();
     let whole = opener.open(&etcd.url("")).await.expect("etcd");
     let src = opener.open(&source_url).await.expect("src");
     populate(src.as_ref(), 5, 5).await;
@@ -487,7 +469,7 @@ async fn a_way_back_into_a_zookeeper_root_holding_bookkeeper_metadata_is_refused
     let port = zk.port();
     let etcd = bkswitch_etcd_harness::shared();
     let n = nonce();
-    let opener = opener();
+    let opener = url_opener();
     // The way back: etcd → the ZooKeeper root the metadata came from, where
     // BookKeeper keeps its ledgers and the old tree was left behind.
     let source_url = etcd.url(&format!("/moved-{n}"));
@@ -698,7 +680,7 @@ async fn the_way_back_keeps_the_pointer_until_the_flip() {
 async fn an_unreachable_target_is_unavailable_within_the_bound() {
     let stores = NamedMemoryStores::new();
     let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
-    let opener = opener();
+    let opener = url_opener();
     // Nothing listens on port 1.
     let started = std::time::Instant::now();
     let e = Coordinator::plan(

@@ -292,3 +292,24 @@ pub async fn tree(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
     out.sort();
     out
 }
+
+/// Opens `zk://` and `etcd://` URLs with short sessions (the real-server
+/// tests).
+pub fn url_opener() -> Arc<dyn StoreOpener> {
+    Arc::new(bkswitch_metadata_migration::UrlOpener {
+        timeouts: bkswitch_metadata_store::StoreTimeouts {
+            session: Duration::from_secs(5),
+            operation: Duration::from_secs(10),
+            connect: Duration::from_secs(20),
+        },
+    })
+}
+
+/// A name part no other test process or run uses.
+pub fn nonce() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{n:x}", std::process::id())
+}
