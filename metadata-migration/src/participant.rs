@@ -599,13 +599,38 @@ impl MigratingStore {
         drop(st);
         Ok(Some(guard))
     }
+
+    /// Runs a read on the store in use. A read that began on the source just
+    /// before a flip and met it closed (the participant closes the source once
+    /// it moved) is read again on the target: the flip is not the caller's
+    /// failure. Writes are never repeated this way.
+    async fn read_current<T, F, Fut>(&self, read: F) -> Result<T>
+    where
+        F: Fn(Arc<dyn MetadataStore>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        loop {
+            let store = self.current();
+            match read(store.clone()).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Closed
+                        && !self.inner.closed.load(Ordering::Acquire)
+                        && !Arc::ptr_eq(&store, &self.current()) =>
+                {
+                    continue
+                }
+                r => return r,
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl MetadataStore for MigratingStore {
     async fn get(&self, path: &str) -> Result<Option<GetResult>> {
         self.check_open(Operation::Get, path)?;
-        self.current().get(path).await
+        self.read_current(|s| async move { s.get(path).await })
+            .await
     }
 
     async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
@@ -658,12 +683,14 @@ impl MetadataStore for MigratingStore {
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         self.check_open(Operation::Exists, path)?;
-        self.current().exists(path).await
+        self.read_current(|s| async move { s.exists(path).await })
+            .await
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
         self.check_open(Operation::Children, path)?;
-        self.current().children(path).await
+        self.read_current(|s| async move { s.children(path).await })
+            .await
     }
 
     async fn watch(&self, path: &str) -> Result<WatchStream> {

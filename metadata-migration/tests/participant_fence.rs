@@ -284,3 +284,46 @@ async fn a_participant_acknowledges_only_once_its_marker_is_written() {
     assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
     wait_swapped(&[&p], "memory://dst").await;
 }
+
+/// A read that began on the source just before the flip and met it closed
+/// (the participant closes a source it opened once it moved) is read again
+/// on the target: callers see the value, never "the store is closed"
+/// (CI caught a status call failing that way right at a flip).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_across_the_flip_is_answered_by_the_target() {
+    use bkswitch_metadata_store::testkit::RecordingStore;
+    let stores = NamedMemoryStores::new();
+    let session = stores.session("src");
+    session
+        .put("/slow", b"v", ExpectedVersion::Any)
+        .await
+        .unwrap();
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    let recording = Arc::new(RecordingStore::new(Arc::new(session.clone())));
+    let p = MigratingStore::wrap(
+        recording.clone(),
+        "memory://src",
+        opener.clone(),
+        participant_options("p"),
+    )
+    .await
+    .expect("participant");
+    let hold = recording.hold_reads_matching("/slow");
+    let reader = {
+        let p = p.clone();
+        tokio::spawn(async move { p.get("/slow").await })
+    };
+    while hold.waiting() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let src: Arc<dyn MetadataStore> = Arc::new(stores.session("src"));
+    let mut c = Coordinator::start(src, opener.as_ref(), request(), slow_acks())
+        .await
+        .expect("start");
+    assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
+    wait_swapped(&[&p], "memory://dst").await;
+    session.close().await.unwrap();
+    hold.release();
+    let got = reader.await.unwrap().expect("read across the flip");
+    assert_eq!(got.expect("/slow copied").value, b"v");
+}

@@ -63,6 +63,34 @@ struct Faults {
     /// Reads (`get`, `exists`, `children`) whose path contains the pattern
     /// fail with `Unavailable` while the count lasts.
     reads: Option<(String, usize)>,
+    /// Reads whose path contains the pattern wait until the sender says
+    /// `true` (or is dropped), then go on to the inner store.
+    held: Option<(String, tokio::sync::watch::Receiver<bool>)>,
+}
+
+/// Holds reads back (see [`RecordingStore::hold_reads_matching`]) until
+/// [`release`](ReadHold::release)d or dropped.
+#[derive(Debug)]
+pub struct ReadHold {
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl ReadHold {
+    /// Lets the held reads, and every later one, go on.
+    pub fn release(&self) {
+        let _ = self.tx.send(true);
+    }
+
+    /// How many reads are waiting right now.
+    pub fn waiting(&self) -> usize {
+        self.tx.receiver_count().saturating_sub(1)
+    }
+}
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// A [`MetadataStore`] wrapper recording every write and injecting failures.
@@ -134,6 +162,30 @@ impl RecordingStore {
     /// [`clear_faults`](Self::clear_faults)).
     pub fn fail_reads_matching(&self, pattern: &str, count: usize) {
         self.faults.lock().reads = Some((pattern.to_owned(), count));
+    }
+
+    /// Makes reads (`get`, `exists`, `children`) whose path contains
+    /// `pattern` wait, before they reach the inner store, until the returned
+    /// hold is released: a read in flight across whatever the test does
+    /// meanwhile (a store closed under it, a flip).
+    pub fn hold_reads_matching(&self, pattern: &str) -> ReadHold {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.faults.lock().held = Some((pattern.to_owned(), rx));
+        ReadHold { tx }
+    }
+
+    /// Waits while a [`ReadHold`] holds reads of `path`.
+    async fn wait_if_held(&self, path: &str) {
+        let held = {
+            let f = self.faults.lock();
+            match &f.held {
+                Some((pattern, rx)) if path.contains(pattern.as_str()) => Some(rx.clone()),
+                _ => None,
+            }
+        };
+        if let Some(mut rx) = held {
+            let _ = rx.wait_for(|released| *released).await;
+        }
     }
 
     /// Fails a read of `path` when [`fail_reads_matching`](Self::fail_reads_matching) says so.
@@ -263,6 +315,7 @@ fn expected_number(expected: ExpectedVersion) -> i64 {
 impl MetadataStore for RecordingStore {
     async fn get(&self, path: &str) -> Result<Option<GetResult>> {
         self.check_read(Operation::Get, path)?;
+        self.wait_if_held(path).await;
         self.inner.get(path).await
     }
 
@@ -322,11 +375,13 @@ impl MetadataStore for RecordingStore {
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         self.check_read(Operation::Exists, path)?;
+        self.wait_if_held(path).await;
         self.inner.exists(path).await
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
         self.check_read(Operation::Children, path)?;
+        self.wait_if_held(path).await;
         self.inner.children(path).await
     }
 
