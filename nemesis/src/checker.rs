@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bkswitch_admin::Node;
 use bkswitch_managed_ledger::schema::SchemaVersion;
-use bkswitch_managed_ledger::{InitialPosition, ManagedLedger};
+use bkswitch_managed_ledger::{InitialPosition, ManagedLedger, Position};
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::schema::SchemaLocator;
@@ -17,75 +17,11 @@ use bkswitch_proto::{Message, Stamped};
 use bkswitch_registry::ClusterStatus;
 use bkswitch_switch_orchestrator::Phase;
 
+pub use crate::violation::{Violation, ViolationKind, Violations};
+
 use crate::plan::{CLUSTERS, TOPICS};
 use crate::stack::Stack;
-use crate::traffic::{Model, CURSOR};
-
-/// What went wrong in a history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ViolationKind {
-    /// An acknowledged message is missing or out of order.
-    MessageLost,
-    /// A ledger the metadata references is missing, or on another cluster
-    /// than its stamp names.
-    LedgerMissing,
-    /// An acknowledged schema version cannot be read.
-    SchemaLost,
-    /// A cursor is behind its last acknowledged mark-delete.
-    CursorBehind,
-    /// A topic does not load after the faults healed.
-    TopicUnloadable,
-    /// Not exactly one ACTIVE cluster, or a stamp, override or switch names an
-    /// unregistered cluster.
-    Registry,
-    /// An operator call answered without a clear error, or did not do what
-    /// its answer said.
-    OperatorCall,
-    /// A switch or canary is stuck: no final state and no documented call
-    /// moves it.
-    Stuck,
-    /// A node started with the id of a running node.
-    DuplicateNode,
-    /// A canary or switch started while another coordinator works on the
-    /// same ledgers (an overlapping canary, a cluster-wide switch in
-    /// progress or cleaning up).
-    TwoCoordinators,
-    /// New data does not go where the registry routes it (a schema version
-    /// of a canary's prefix created on another cluster).
-    Routing,
-    /// A node's managed ledgers did not pause trims and rollovers while its
-    /// metadata session was lost, or did not resume once it was back.
-    SessionPause,
-}
-
-/// One violation, with a message saying what and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Its kind.
-    pub kind: ViolationKind,
-    /// What was seen.
-    pub message: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{:?}] {}", self.kind, self.message)
-    }
-}
-
-/// Violations collected during a history.
-#[derive(Debug, Default, Clone)]
-pub struct Violations(pub Vec<Violation>);
-
-impl Violations {
-    /// Records one.
-    pub fn push(&mut self, kind: ViolationKind, message: impl Into<String>) {
-        self.0.push(Violation {
-            kind,
-            message: message.into(),
-        });
-    }
-}
+use crate::traffic::{Model, CURSOR, READ_BATCH};
 
 /// A ledger the metadata references.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,6 +34,9 @@ pub struct Reference {
     pub ledger_id: i64,
     /// The cluster its stamp names (unstamped: the bootstrap cluster, `old`).
     pub cluster: String,
+    /// For a data ledger: the entries the managed ledger recorded for it
+    /// (`0` while it is the open one).
+    pub entries: i64,
 }
 
 /// Every node under `root` with its value, sorted by path.
@@ -117,42 +56,81 @@ pub async fn dump(store: &dyn MetadataStore, root: &str) -> BTreeMap<String, Vec
     out
 }
 
-/// Every data, cursor and schema ledger the metadata references.
+/// The cluster a stamp names: unstamped is the bootstrap cluster (`old`);
+/// a stamp that does not decode is a violation (never read as a cluster).
+fn stamp_of<E: fmt::Display>(
+    stamp: Result<Option<&str>, E>,
+    what: &str,
+    out: &mut Violations,
+) -> String {
+    match stamp {
+        Ok(s) => s.unwrap_or(CLUSTERS[0]).to_owned(),
+        Err(e) => {
+            out.push(
+                ViolationKind::CorruptMetadata,
+                format!("the stamp of {what} does not decode: {e}"),
+            );
+            format!("<corrupt stamp: {e}>")
+        }
+    }
+}
+
+/// Every data, cursor and schema ledger the metadata references; a node that
+/// does not decode, or a stamp that does not, is a violation.
 pub async fn references(store: &dyn MetadataStore, out: &mut Violations) -> Vec<Reference> {
-    let stamp_of = |s: Result<Option<&str>, _>| s.ok().flatten().unwrap_or(CLUSTERS[0]).to_owned();
     let mut refs = Vec::new();
     for (path, value) in dump(store, "/managed-ledgers").await {
+        let topic = TOPICS
+            .iter()
+            .find(|t| path == format!("/managed-ledgers/{t}"));
+        let cursor_of = TOPICS
+            .iter()
+            .find(|t| path.starts_with(&format!("/managed-ledgers/{t}/")));
         if value.is_empty() {
+            if topic.is_some() || cursor_of.is_some() {
+                out.push(
+                    ViolationKind::CorruptMetadata,
+                    format!("managed-ledger node {path} is empty"),
+                );
+            }
             continue;
         }
-        let is_ml = TOPICS
-            .iter()
-            .any(|t| path == format!("/managed-ledgers/{t}"));
-        if is_ml {
+        if topic.is_some() {
             match decode_managed_ledger_info(&value) {
                 Ok(info) => {
                     for l in &info.ledger_info {
+                        let what = format!("ledger {} in {path}", l.ledger_id);
                         refs.push(Reference {
                             kind: "data",
                             path: path.clone(),
                             ledger_id: l.ledger_id,
-                            cluster: stamp_of(l.cluster_stamp()),
+                            cluster: stamp_of(l.cluster_stamp(), &what, out),
+                            entries: l.entries.unwrap_or(0),
                         });
                     }
                 }
                 Err(e) => out.push(
-                    ViolationKind::LedgerMissing,
+                    ViolationKind::CorruptMetadata,
                     format!("managed-ledger node {path} does not decode: {e}"),
                 ),
             }
-        } else if let Ok(c) = decode_managed_cursor_info(&value) {
-            if c.cursors_ledger_id >= 0 {
-                refs.push(Reference {
-                    kind: "cursor",
-                    path: path.clone(),
-                    ledger_id: c.cursors_ledger_id,
-                    cluster: stamp_of(c.cluster_stamp()),
-                });
+        } else if cursor_of.is_some() {
+            match decode_managed_cursor_info(&value) {
+                Ok(c) if c.cursors_ledger_id >= 0 => {
+                    let what = format!("cursor ledger {} in {path}", c.cursors_ledger_id);
+                    refs.push(Reference {
+                        kind: "cursor",
+                        path: path.clone(),
+                        ledger_id: c.cursors_ledger_id,
+                        cluster: stamp_of(c.cluster_stamp(), &what, out),
+                        entries: 0,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => out.push(
+                    ViolationKind::CorruptMetadata,
+                    format!("cursor node {path} does not decode: {e}"),
+                ),
             }
         }
     }
@@ -164,19 +142,27 @@ pub async fn references(store: &dyn MetadataStore, out: &mut Violations) -> Vec<
             Ok(l) => {
                 for e in std::iter::once(&l.info).chain(l.index.iter()) {
                     if e.position.ledger_id >= 0 {
+                        let what = format!("schema ledger {} in {path}", e.position.ledger_id);
                         refs.push(Reference {
                             kind: "schema",
                             path: path.clone(),
                             ledger_id: e.position.ledger_id,
-                            cluster: stamp_of(e.position.cluster_stamp()),
+                            cluster: stamp_of(e.position.cluster_stamp(), &what, out),
+                            entries: 0,
                         });
                     }
                 }
             }
-            Err(e) => out.push(
-                ViolationKind::SchemaLost,
-                format!("schema locator {path} does not decode: {e}"),
-            ),
+            Err(e) => {
+                out.push(
+                    ViolationKind::CorruptMetadata,
+                    format!("schema locator {path} does not decode: {e}"),
+                );
+                out.push(
+                    ViolationKind::SchemaLost,
+                    format!("schema locator {path} does not decode: {e}"),
+                );
+            }
         }
     }
     refs.sort();
@@ -339,16 +325,27 @@ async fn check_topics(node: &Node, model: &Model, out: &mut Violations) -> u64 {
                 continue;
             }
         };
-        // The durable cursor first (opening the check cursor does not move it).
+        // The durable cursor first (opening the check cursor does not move
+        // it): exactly at the acknowledged mark-delete, or at a later one
+        // whose call failed after it applied; never behind, never ahead.
         if let Some(md) = md {
             match ml.cursor(CURSOR).ok() {
-                Some(c) if c.mark_delete_position() >= md => {}
-                Some(c) => out.push(
+                Some(c) if model.allowed_mark_delete(topic, c.mark_delete_position()) => {}
+                Some(c) if c.mark_delete_position() < md => out.push(
                     ViolationKind::CursorBehind,
                     format!(
                         "cursor {CURSOR} of {topic} is at {:?}, behind its acknowledged \
                          mark-delete {md:?}",
                         c.mark_delete_position()
+                    ),
+                ),
+                Some(c) => out.push(
+                    ViolationKind::CursorAhead,
+                    format!(
+                        "cursor {CURSOR} of {topic} is at {:?}, ahead of its acknowledged \
+                         mark-delete {md:?} and of every one asked for since (highest {:?})",
+                        c.mark_delete_position(),
+                        model.highest_mark_delete(topic)
                     ),
                 ),
                 None => out.push(
@@ -360,6 +357,7 @@ async fn check_topics(node: &Node, model: &Model, out: &mut Violations) -> u64 {
                 ),
             }
         }
+        check_consumer(topic, model, &acked, md, out);
         let mut seen: Vec<u64> = Vec::new();
         let read = async {
             let c = ml
@@ -433,6 +431,126 @@ async fn check_topics(node: &Node, model: &Model, out: &mut Violations) -> u64 {
     duplicates
 }
 
+/// The consumer side: every acknowledged message the cursor has since
+/// moved past was received at least once (no consumer-side gap), and it
+/// received no more duplicates than its reopens allow.
+fn check_consumer(
+    topic: &str,
+    model: &Model,
+    acked: &[(Position, u64)],
+    md: Option<Position>,
+    out: &mut Violations,
+) {
+    let empty = BTreeMap::new();
+    let delivered = model.delivered.get(topic).unwrap_or(&empty);
+    let never: Vec<(u64, Position)> = acked
+        .iter()
+        .filter(|(pos, n)| md.is_some_and(|md| *pos <= md) && !delivered.contains_key(n))
+        .map(|(pos, n)| (*n, *pos))
+        .collect();
+    if let Some((n, pos)) = never.first() {
+        out.push(
+            ViolationKind::ConsumerGap,
+            format!(
+                "{topic}: {} acknowledged messages before the acknowledged mark-delete \
+                 {md:?} never reached the consumer, first: #{n} at {pos:?}",
+                never.len()
+            ),
+        );
+    }
+    let redelivered: u64 = delivered
+        .values()
+        .map(|c| u64::from(c.saturating_sub(1)))
+        .sum();
+    let opens = model.opens.get(topic).copied().unwrap_or(0);
+    let bound = opens.saturating_sub(1) * READ_BATCH as u64;
+    if redelivered > bound {
+        out.push(
+            ViolationKind::Duplicates,
+            format!(
+                "{topic}: the consumer received {redelivered} messages again, more than its \
+                 {opens} opens allow ({bound}: at most one unacknowledged batch of \
+                 {READ_BATCH} per reopen)"
+            ),
+        );
+    }
+}
+
+/// Every acknowledged message still referenced is on the cluster its
+/// ledger's stamp names, with its bytes; every closed data ledger holds
+/// exactly the entries the managed ledger recorded.
+fn check_contents(stack: &Stack, model: &Model, refs: &[Reference], out: &mut Violations) {
+    for topic in TOPICS {
+        let path = format!("/managed-ledgers/{topic}");
+        let data: BTreeMap<i64, &Reference> = refs
+            .iter()
+            .filter(|r| r.kind == "data" && r.path == path)
+            .map(|r| (r.ledger_id, r))
+            .collect();
+        for r in data.values() {
+            let Some(cluster) = stack.clusters.get(&r.cluster) else {
+                continue;
+            };
+            if r.entries > 0 {
+                // Closed: exactly the recorded entries. Not closed yet (its
+                // writer died; the first reader's recovery closes it): at
+                // least those entries confirmed.
+                let held = cluster.ledger_metadata(r.ledger_id).map(|m| {
+                    if m.is_closed() {
+                        (true, m.last_entry_id + 1)
+                    } else {
+                        let lac = cluster.last_add_confirmed(r.ledger_id).unwrap_or(-1);
+                        (false, lac + 1)
+                    }
+                });
+                let fine = match held {
+                    Some((true, n)) => n == r.entries,
+                    Some((false, n)) => n >= r.entries,
+                    None => true, // reported by the reference check
+                };
+                if !fine {
+                    out.push(
+                        ViolationKind::LedgerContents,
+                        format!(
+                            "data ledger {} of {topic} on `{}` holds {held:?} entries \
+                             (closed, count), the managed ledger recorded {}",
+                            r.ledger_id, r.cluster, r.entries
+                        ),
+                    );
+                }
+            }
+        }
+        let mut wrong = Vec::new();
+        for (pos, n) in model.acked.get(topic).into_iter().flatten() {
+            let Some(r) = data.get(&pos.ledger_id) else {
+                continue; // trimmed after it was consumed
+            };
+            let Some(cluster) = stack.clusters.get(&r.cluster) else {
+                continue; // reported by the reference check
+            };
+            let want = format!("{topic}#{n}");
+            match cluster.entry(pos.ledger_id, pos.entry_id) {
+                Some(b) if b.as_ref() == want.as_bytes() => {}
+                got => wrong.push(format!(
+                    "#{n} at {pos:?} on `{}`: {:?}",
+                    r.cluster,
+                    got.map(|b| String::from_utf8_lossy(&b).into_owned())
+                )),
+            }
+        }
+        if let Some(first) = wrong.first() {
+            out.push(
+                ViolationKind::LedgerContents,
+                format!(
+                    "{topic}: {} acknowledged messages are not what their ledger holds, \
+                     first: {first}",
+                    wrong.len()
+                ),
+            );
+        }
+    }
+}
+
 /// Every acknowledged schema version reads back with its data.
 async fn check_schemas(node: &Node, model: &Model, out: &mut Violations) {
     for (id, v, data) in &model.schemas {
@@ -481,6 +599,8 @@ pub async fn check(
     let registered = check_registry(node, out).await;
     let refs = references(&stack.root, out).await;
     check_references(stack, &refs, &registered, out).await;
+    out.0.extend(model.observed.iter().cloned());
+    check_contents(stack, model, &refs, out);
     check_schemas(node, model, out).await;
     let duplicates = check_topics(node, model, out).await;
     // Loading and reading may have rolled ledgers: check the references

@@ -8,6 +8,7 @@
 //! - [`traffic`]: producers, consumers and schema puts, recording what was
 //!   acknowledged.
 //! - [`checker`]: the invariants checked after healing.
+//! - [`violation`]: what a history can get wrong.
 //! - [`history`]: running a plan, deterministically (current-thread runtime,
 //!   paused time), and the replay command.
 //! - [`shrink`]: dropping operations while a history still fails.
@@ -28,6 +29,7 @@ pub mod shrink;
 pub mod stack;
 pub mod store;
 pub mod traffic;
+pub mod violation;
 
 pub use checker::{Violation, ViolationKind};
 pub use history::{plan_of, replay_command, run_embedded, Figures, Outcome};

@@ -273,14 +273,31 @@ impl Node {
         let mut config = self.inner.config.ledger_config.clone();
         self.inner.storage.configure(&mut config);
         // Loading a topic whose ledgers live on a cluster whose client is not
-        // started yet fails with a retryable error while the client starts.
+        // started yet (or is down) fails with a retryable error: retried for
+        // a while, with the ownership given up between attempts. Holding it
+        // while nothing is loaded would keep a switch or rollback from
+        // flipping the topic's cursors for as long as clients keep asking
+        // for the topic (found by the nemesis: a rollback with its target
+        // dead never converged under concurrent consumers).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut pause = Duration::from_millis(50);
         let ml = loop {
             match self.inner.factory.open(name, config.clone()).await {
                 Ok(ml) => break ml,
                 Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(topic = name, error = %e, "topic load retried");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    ownership::release(store, &path, &owner.node_id).await;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    if let ownership::Claim::OwnedBy(other) =
+                        ownership::claim(store, &path, &owner).await?
+                    {
+                        return Err(NodeError::TopicOwned {
+                            topic: name.to_owned(),
+                            owner: other.node_id,
+                            url: other.url,
+                        });
+                    }
                 }
                 Err(e) => {
                     ownership::release(store, &path, &owner.node_id).await;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -578,6 +579,42 @@ impl MemoryCluster {
         let cell = self.inner.ledger(ledger_id)?;
         let d = cell.data.lock();
         Some(d.lac)
+    }
+
+    /// The stored bytes of one entry (below or above a gap), as the bookies
+    /// hold them: `None` when the ledger or the entry is not there. A checker
+    /// reads what was acknowledged straight off the cluster with this.
+    pub fn entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Option<Bytes> {
+        let cell = self.inner.ledger(ledger_id)?;
+        let d = cell.data.lock();
+        usize::try_from(entry_id)
+            .ok()
+            .and_then(|i| d.entries.get(i).cloned())
+            .or_else(|| d.ahead.get(&entry_id).cloned())
+    }
+
+    /// Replaces the stored bytes of one entry behind every client's back (a
+    /// corrupted replica, for checkers' self-tests); returns whether the entry
+    /// was there.
+    pub fn replace_entry(&self, ledger_id: LedgerId, entry_id: EntryId, data: Bytes) -> bool {
+        let Some(cell) = self.inner.ledger(ledger_id) else {
+            return false;
+        };
+        let mut d = cell.data.lock();
+        if let Some(slot) = usize::try_from(entry_id)
+            .ok()
+            .and_then(|i| d.entries.get_mut(i))
+        {
+            *slot = data;
+            return true;
+        }
+        match d.ahead.get_mut(&entry_id) {
+            Some(slot) => {
+                *slot = data;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether a recovery open fenced the ledger, if it exists.
