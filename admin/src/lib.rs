@@ -11,6 +11,7 @@ mod client;
 mod http;
 pub mod metrics;
 mod node;
+mod operator;
 mod start;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -21,5 +22,7 @@ pub use http::exposition;
 pub use http::router as rest_router;
 pub use node::{
     standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
-    Ownership, WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT, START_LOCK_PATH,
+    Ownership, Switches, WeakNode, DEFAULT_NODES_ROOT, DEFAULT_OWNERS_ROOT, PROBE_TIMEOUT,
+    START_LOCK_PATH,
 };
+pub use operator::{Operator, OperatorError};

@@ -108,3 +108,28 @@ pub async fn tree_with_child_versions(
     }
     out
 }
+
+/// The node's coordinator itself, around [`Node`]'s rules (no validation, no
+/// start lock, no migration check, no events): for tests of the
+/// coordinator's own recovery only, such as a switch started with no origin
+/// so that the leader's duty runs it. Behind the `testkit` feature, which no
+/// published crate enables.
+pub fn unchecked_orchestrator(node: &Node) -> bkswitch_switch_orchestrator::Orchestrator {
+    node.coordinator().clone()
+}
+
+/// Runs `start` under the node's start lock, as its verbs do
+/// ([`START_LOCK_PATH`](crate::START_LOCK_PATH)): for tests of the lock
+/// itself.
+///
+/// # Errors
+///
+/// As the verbs: [`NodeError::StartInProgress`](crate::NodeError::StartInProgress)
+/// when another start holds the lock, and the errors of `start`.
+pub async fn exclusive_start<T>(
+    node: &Node,
+    what: &str,
+    start: impl std::future::Future<Output = Result<T, crate::NodeError>>,
+) -> Result<T, crate::NodeError> {
+    node.exclusive_start(what, start).await
+}

@@ -660,8 +660,8 @@ async fn the_start_lock_serializes_check_then_write_across_nodes() {
         }
     };
     let (ra, rb) = tokio::join!(
-        a.exclusive_start("race a", start("a", "b")),
-        b.exclusive_start("race b", start("b", "a"))
+        bkswitch_admin::testkit::exclusive_start(&a, "race a", start("a", "b")),
+        bkswitch_admin::testkit::exclusive_start(&b, "race b", start("b", "a"))
     );
     let written = store.children("/race").await.unwrap();
     assert_eq!(written.len(), 1, "{written:?}");

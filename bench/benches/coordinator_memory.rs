@@ -115,10 +115,7 @@ async fn run(topics: usize) {
         .register("new", "memory://new", ClusterStatus::Standby)
         .await
         .expect("register");
-    let s = orch
-        .start_switch("new", Some(node.node_id()))
-        .await
-        .expect("switch");
+    let s = node.start_switch("new").await.expect("switch");
     let st = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (rec_phase, done) = {

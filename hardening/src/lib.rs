@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bkswitch_metadata_store::{ZkStore, ZkStoreOptions};
-use bkswitch_switch_orchestrator::{Orchestrator, SwitchStatus};
+use bkswitch_switch_orchestrator::SwitchStatus;
 
 pub use bkswitch_admin::testkit::{clusters, node_config, start_node, tree, ADMIN, INTERNAL};
 
@@ -47,7 +47,7 @@ pub async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool
 /// # Panics
 ///
 /// After `timeout`.
-pub async fn wait_switched(orch: &Orchestrator, timeout: Duration) -> SwitchStatus {
+pub async fn wait_switched(orch: &bkswitch_admin::Switches, timeout: Duration) -> SwitchStatus {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(st)) = orch.current_status().await {

@@ -81,7 +81,7 @@ async fn scenario_a(mode: UnavailableMode) {
         .await
         .expect("register");
     admin.switch("new").await.expect("switch");
-    let st = wait_switched(nodes[0].orchestrator(), Duration::from_secs(15)).await;
+    let st = wait_switched(&nodes[0].orchestrator(), Duration::from_secs(15)).await;
     assert_eq!(st.phase.as_str(), "SWITCHED", "{st:?}");
     assert_eq!(st.counts.failed, 0, "{st:?}");
     // Every topic writes to `new` (forced rollover).

@@ -177,7 +177,7 @@ async fn check_round(
     assert_eq!(d.target, targets[w]);
     let ids = nodes[0].orchestrator().switch_ids().await.expect("ids");
     assert_eq!(ids, vec![epoch.to_string()], "exactly one switch record");
-    let st = wait_switched(nodes[0].orchestrator(), Duration::from_secs(10)).await;
+    let st = wait_switched(&nodes[0].orchestrator(), Duration::from_secs(10)).await;
     assert_eq!(st.switch_id, epoch.to_string());
     assert_eq!(st.phase.as_str(), "SWITCHED");
     // Exactly one node coordinated it.
@@ -278,7 +278,7 @@ async fn switch_during_cleanup_is_refused_then_works_after_done() {
     }
     let first = admins[0].switch("new").await.expect("switch to new");
     let first_id = first.switch_id().expect("id").to_owned();
-    let st = wait_switched(nodes[0].orchestrator(), Duration::from_secs(10)).await;
+    let st = wait_switched(&nodes[0].orchestrator(), Duration::from_secs(10)).await;
     assert_eq!(st.phase.as_str(), "SWITCHED");
     assert!(st.counts.built >= 3, "{st:?}");
 
@@ -341,7 +341,7 @@ async fn switch_during_cleanup_is_refused_then_works_after_done() {
     // Now a switch to a new target runs.
     let second = admins[1].switch("new2").await.expect("switch to new2");
     assert!(second.epoch() > first.epoch());
-    let st = wait_switched(nodes[0].orchestrator(), Duration::from_secs(10)).await;
+    let st = wait_switched(&nodes[0].orchestrator(), Duration::from_secs(10)).await;
     assert_eq!(st.switch_id, second.switch_id().expect("id"));
     assert_eq!(st.phase.as_str(), "SWITCHED", "{st:?}");
     assert_eq!(st.counts.failed, 0, "{st:?}");

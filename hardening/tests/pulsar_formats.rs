@@ -79,7 +79,7 @@ async fn pulsar_classes_read_the_metadata_a_switch_left() {
     let traffic = Traffic::start(&handles, 50, 64);
     tokio::time::sleep(Duration::from_millis(500)).await;
     admin.switch("new").await.expect("switch");
-    wait_switched(node.orchestrator(), Duration::from_secs(40)).await;
+    wait_switched(&node.orchestrator(), Duration::from_secs(40)).await;
     // Schemas written after the switch are stamped `new`.
     for t in 0..3 {
         node.schemas()

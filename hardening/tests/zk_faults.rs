@@ -215,7 +215,7 @@ async fn leader_session_expires_while_it_coordinates_an_origin_less_switch() {
         .get("new")
         .expect("new")
         .set_latency_all(Duration::from_millis(30));
-    let orch = stack.members[1].node.orchestrator();
+    let orch = bkswitch_admin::testkit::unchecked_orchestrator(&stack.members[1].node);
     let started = orch.start_switch("new", None).await.expect("switch");
     let leader = &stack.members[0].node;
     wait_for("the leader's duty", Duration::from_secs(10), || {
@@ -294,7 +294,7 @@ async fn origin_less_switch_while_the_leader_session_expires() {
 
     bounce(&stack, Duration::from_millis(200)).await;
     let back = Instant::now();
-    let orch = stack.members[1].node.orchestrator();
+    let orch = bkswitch_admin::testkit::unchecked_orchestrator(&stack.members[1].node);
     let started = loop {
         match orch.start_switch("new", None).await {
             Ok(s) => break s,

@@ -71,12 +71,6 @@ impl ApiError {
         self.body.details = Some(details);
         self
     }
-
-    /// Names the request field at fault.
-    pub(super) fn with_field(mut self, field: &str) -> ApiError {
-        self.body.field = Some(field.to_owned());
-        self
-    }
 }
 
 impl IntoResponse for ApiError {
@@ -148,6 +142,12 @@ impl From<OrchestratorError> for ApiError {
     }
 }
 
+/// The answer the REST API gives for `e`: its HTTP status and error body.
+pub(crate) fn answer_of(e: NodeError) -> (u16, ErrorBody) {
+    let a = ApiError::from(e);
+    (a.status.as_u16(), a.body)
+}
+
 impl From<NodeError> for ApiError {
     fn from(e: NodeError) -> ApiError {
         match e {
@@ -176,6 +176,8 @@ impl From<NodeError> for ApiError {
             | NodeError::SwitchUnfinished { .. }
             | NodeError::MigrationEnded { .. }
             | NodeError::NoMigrationParticipant { .. }) => ApiError::conflict(e.to_string()),
+            NodeError::Invalid { field, message } => ApiError::invalid(Some(field), message),
+            e @ NodeError::NoSwitch => ApiError::not_found(e.to_string()),
             e @ NodeError::InvalidMigration { .. } => {
                 ApiError::invalid(Some("targetUrl"), e.to_string())
             }

@@ -5,18 +5,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{extract::Path, Json};
 use bkswitch_registry::validate_name;
-use bkswitch_switch_orchestrator::CleanupOptions;
 
 use super::error::ApiError;
 use super::extract::{ApiJson, Live};
-use crate::node::Node;
 use crate::wire::{
     CleanupReportDoc, CleanupRequest, CleanupTargets, ClusterStatus, MigrationPlanDoc,
-    MigrationStartRequest, MigrationStatusDoc, PromoteCursorRequest, PromoteCursorResponse,
-    ReadModeRequest, ReadModeResponse, RegisterRequest, SwitchRequest, SwitchStatusDoc, WipeTarget,
-    BASE_PATH,
+    MigrationStartRequest, PromoteCursorRequest, PromoteCursorResponse, ReadModeRequest,
+    ReadModeResponse, RegisterRequest, SwitchRequest, SwitchStatusDoc, WipeTarget,
 };
-use bkswitch_metadata_migration::MigrationRecord;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -31,13 +27,7 @@ pub(super) async fn list(Live(node): Live) -> ApiResult<Response> {
 
 /// `GET /{name}`.
 pub(super) async fn get_cluster(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
-    checked_name(&name)?;
-    match node.registry().get(&name).await? {
-        Some(r) => Ok(Json(r).into_response()),
-        None => Err(ApiError::not_found(format!(
-            "bookie cluster `{name}` is not registered; register it with POST {BASE_PATH}/{name}"
-        ))),
-    }
+    Ok(Json(node.cluster(&name).await?).into_response())
 }
 
 /// `POST /{name}`.
@@ -46,7 +36,6 @@ pub(super) async fn register(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<RegisterRequest>,
 ) -> ApiResult<Response> {
-    checked_name(&name)?;
     let status = body.status.unwrap_or(ClusterStatus::Standby);
     let record = node
         .register_cluster(&name, &body.metadata_service_uri, status)
@@ -56,16 +45,13 @@ pub(super) async fn register(
 
 /// `DELETE /{name}`.
 pub(super) async fn unregister(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
-    checked_name(&name)?;
     node.unregister_cluster(&name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `GET /precheck/{name}`.
 pub(super) async fn precheck(Live(node): Live, Path(name): Path<String>) -> ApiResult<Response> {
-    checked_name(&name)?;
-    let result = node.orchestrator().precheck(&name).await?;
-    Ok(Json(result).into_response())
+    Ok(Json(node.precheck(&name).await?).into_response())
 }
 
 /// `POST /switch`.
@@ -73,28 +59,7 @@ pub(super) async fn switch(
     Live(node): Live,
     ApiJson(body): ApiJson<SwitchRequest>,
 ) -> ApiResult<Response> {
-    if body.target.is_empty() {
-        return Err(ApiError::invalid(
-            Some("target"),
-            "`target` must name a registered cluster",
-        ));
-    }
-    checked_name(&body.target).map_err(|e| e.with_field("target"))?;
-    let refused = format!("start a bookie-cluster switch to `{}`", body.target);
-    node.refuse_during_migration(&refused).await?;
-    let what = format!("a bookie-cluster switch to `{}`", body.target);
-    let status = node
-        .exclusive_start(&what, async {
-            // Again under the start lock: a migration started meanwhile is seen.
-            node.refuse_during_migration(&refused).await?;
-            Ok(node
-                .orchestrator()
-                .start_switch(&body.target, Some(node.node_id()))
-                .await?)
-        })
-        .await?;
-    node.metrics()
-        .switch_event(crate::metrics::SwitchEvent::Started);
+    let status = node.start_switch(&body.target).await?;
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
@@ -125,20 +90,9 @@ pub(super) async fn read_mode(
     .into_response())
 }
 
-/// The id of the switch recorded last; 404 when there is none.
-async fn current_switch(node: &Node) -> ApiResult<String> {
-    match node.orchestrator().current_status().await? {
-        Some(s) => Ok(s.switch_id),
-        None => Err(ApiError::not_found(
-            "no switch is recorded; start one with POST /switch",
-        )),
-    }
-}
-
 /// `GET /cleanup-targets`.
 pub(super) async fn cleanup_targets(Live(node): Live) -> ApiResult<Response> {
-    let switch_id = current_switch(&node).await?;
-    let targets = node.orchestrator().cleanup_targets(&switch_id).await?;
+    let (switch_id, targets) = node.cleanup_targets().await?;
     Ok(Json(CleanupTargets { switch_id, targets }).into_response())
 }
 
@@ -147,20 +101,7 @@ pub(super) async fn cleanup(
     Live(node): Live,
     ApiJson(body): ApiJson<CleanupRequest>,
 ) -> ApiResult<Response> {
-    if let Some(f) = &body.src_cluster_filter {
-        checked_name(f).map_err(|e| e.with_field("srcClusterFilter"))?;
-    }
-    let id = current_switch(&node).await?;
-    let opts = CleanupOptions {
-        dry_run: body.dry_run,
-        src_cluster_filter: body.src_cluster_filter,
-        max_deletions: match body.max_deletions {
-            0 => None,
-            n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-        },
-        force: body.force,
-    };
-    let report = node.orchestrator().cleanup(&id, opts).await?;
+    let (id, report) = node.cleanup(body.options()).await?;
     Ok(Json(CleanupReportDoc::new(&id, &report)).into_response())
 }
 
@@ -176,12 +117,7 @@ pub(super) async fn close_client(
 
 /// `POST /rollback`.
 pub(super) async fn rollback(Live(node): Live) -> ApiResult<Response> {
-    let id = current_switch(&node).await?;
-    let status = node.orchestrator().rollback(&id).await?;
-    if status.phase == bkswitch_switch_orchestrator::Phase::RolledBack {
-        node.metrics()
-            .switch_event(crate::metrics::SwitchEvent::RolledBack);
-    }
+    let status = node.rollback().await?;
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
@@ -239,14 +175,6 @@ pub(super) async fn set_override(
     Live(node): Live,
     ApiJson(body): ApiJson<crate::wire::OverrideRequest>,
 ) -> ApiResult<Response> {
-    bkswitch_registry::validate_prefix(&body.prefix)
-        .map_err(|e| ApiError::invalid(Some("prefix"), e.to_string()))?;
-    checked_name(&body.cluster).map_err(|e| e.with_field("cluster"))?;
-    node.refuse_during_migration(&format!(
-        "start the canary of `{}` on `{}`",
-        body.prefix, body.cluster
-    ))
-    .await?;
     let status = node.set_override(&body.prefix, &body.cluster).await?;
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
@@ -260,21 +188,11 @@ pub(super) async fn remove_override(
     Ok(Json(SwitchStatusDoc::from(status)).into_response())
 }
 
-/// The status document of `record` as `node` sees it.
-fn migration_doc(node: &Node, record: &MigrationRecord) -> MigrationStatusDoc {
-    let participant = node.migration().map(|h| h.participant());
-    MigrationStatusDoc::new(
-        record,
-        participant.is_some_and(|p| p.is_paused()),
-        participant.map(|p| p.url()),
-    )
-}
-
 /// `GET /admin/v2/metadata/migration`: the current (or, after the flip, the
 /// last seen) migration; 404 when there is none.
 pub(super) async fn migration_status(Live(node): Live) -> ApiResult<Response> {
     match node.metadata_migration().await? {
-        Some(record) => Ok(Json(migration_doc(&node, &record)).into_response()),
+        Some(record) => Ok(Json(node.migration_doc(&record)).into_response()),
         None => Err(crate::node::NodeError::NoMetadataMigration.into()),
     }
 }
@@ -315,12 +233,12 @@ pub(super) async fn start_migration(
     let record = node
         .start_metadata_migration(&body.target_url, wipe)
         .await?;
-    Ok(Json(migration_doc(&node, &record)).into_response())
+    Ok(Json(node.migration_doc(&record)).into_response())
 }
 
 /// `POST /admin/v2/metadata/migration/abort`: aborts the current migration.
 pub(super) async fn abort_migration(Live(node): Live) -> ApiResult<Response> {
     let reason = format!("by an operator through node `{}`", node.node_id());
     let record = node.abort_metadata_migration(&reason).await?;
-    Ok(Json(migration_doc(&node, &record)).into_response())
+    Ok(Json(node.migration_doc(&record)).into_response())
 }

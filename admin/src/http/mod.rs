@@ -16,6 +16,7 @@
 
 mod auth;
 mod error;
+pub(crate) use error::answer_of;
 pub mod exposition;
 mod extract;
 mod handlers;

@@ -364,6 +364,18 @@ pub enum NodeError {
         /// The node starting it.
         node: String,
     },
+    /// No bookie-cluster switch is recorded (to roll back or clean up).
+    #[error("no switch is recorded; start one with POST /switch (`bookie-clusters switch`)")]
+    NoSwitch,
+    /// A request field is invalid (nothing was read or written).
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field, as the REST API names it (`target`, `prefix`,
+        /// `cluster`, `srcClusterFilter`).
+        field: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The migration's target cannot be used.
     #[error("cannot start a metadata migration to `{target_url}` (targetUrl): {reason}")]
     InvalidMigration {

@@ -139,7 +139,7 @@ pub(crate) async fn clean_up_by_itself(
         }
         // A canary whose coordinator died (or stopped with this node) is
         // taken over, as the cluster-wide switch of a dead origin is.
-        match node.orchestrator().resume_canaries().await {
+        match node.coordinator().resume_canaries().await {
             Ok(resumed) => {
                 for st in resumed {
                     tracing::info!(node = %node.node_id(), switch = %st.switch_id,
@@ -150,10 +150,10 @@ pub(crate) async fn clean_up_by_itself(
                 "taking over the unfinished canaries; retried at the next interval"),
         }
         // The cluster-wide switch, then every canary (its old copies).
-        let mut coordinators = vec![node.orchestrator().clone()];
+        let mut coordinators = vec![node.coordinator().clone()];
         match node.orchestrator().canary_prefixes().await {
             Ok(prefixes) => {
-                coordinators.extend(prefixes.iter().map(|p| node.orchestrator().for_prefix(p)))
+                coordinators.extend(prefixes.iter().map(|p| node.coordinator().for_prefix(p)))
             }
             Err(e) => tracing::warn!(node = %node.node_id(), error = %e,
                 "listing the canaries for the automatic cleanup"),

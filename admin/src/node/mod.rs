@@ -29,6 +29,9 @@ pub(crate) mod duties;
 pub(crate) mod migration;
 pub(crate) mod ownership;
 pub(crate) mod registration;
+mod start_lock;
+mod switches;
+mod verbs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -49,7 +52,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{standard_client_factory, standard_idgen_source, NodeConfig, NodeError};
-pub use migration::{MigrationHandle, START_LOCK_PATH};
+pub use migration::MigrationHandle;
+pub use start_lock::START_LOCK_PATH;
+pub use switches::Switches;
 
 /// How long [`Node::probe_cluster`] waits for a cluster's client to start.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -171,8 +176,17 @@ impl Node {
         &self.inner.metrics
     }
 
-    /// The coordinator of this node.
-    pub fn orchestrator(&self) -> &Orchestrator {
+    /// What this node's switches and canaries are doing (read only). To
+    /// start, roll back or clean up, call [`start_switch`](Self::start_switch),
+    /// [`rollback`](Self::rollback), [`cleanup`](Self::cleanup),
+    /// [`set_override`](Self::set_override) and
+    /// [`remove_override`](Self::remove_override): they own the rules.
+    pub fn orchestrator(&self) -> Switches {
+        Switches::new(self.inner.orchestrator.clone())
+    }
+
+    /// The coordinator itself, for the verbs and duties of this crate.
+    pub(crate) fn coordinator(&self) -> &Orchestrator {
         &self.inner.orchestrator
     }
 
@@ -371,8 +385,19 @@ impl Node {
         prefix: &str,
         cluster: &str,
     ) -> Result<bkswitch_switch_orchestrator::SwitchStatus, NodeError> {
-        let canary = self.orchestrator().for_prefix(prefix);
+        bkswitch_registry::validate_prefix(prefix).map_err(|e| NodeError::Invalid {
+            field: "prefix",
+            message: e.to_string(),
+        })?;
+        bkswitch_registry::validate_name(cluster).map_err(|e| NodeError::Invalid {
+            field: "cluster",
+            message: e.to_string(),
+        })?;
+        let canary = self.coordinator().for_prefix(prefix);
         let what = format!("the canary of `{prefix}` on `{cluster}`");
+        // Read only, before the lock: most refusals write nothing at all.
+        self.refuse_during_migration(&format!("start {what}"))
+            .await?;
         let status = self
             .exclusive_start(&what, async {
                 // Under the start lock: a migration started meanwhile is seen.
@@ -404,7 +429,7 @@ impl Node {
         &self,
         prefix: &str,
     ) -> Result<bkswitch_switch_orchestrator::SwitchStatus, NodeError> {
-        let canary = self.orchestrator().for_prefix(prefix);
+        let canary = self.coordinator().for_prefix(prefix);
         let Some(st) = canary.current_status().await? else {
             return Err(OrchestratorError::NoSuchSwitch {
                 switch_id: format!("canary of `{prefix}`"),
@@ -476,6 +501,7 @@ impl Node {
     /// [`NodeError::UndecodableMetadata`] (nothing written); the registry's
     /// errors.
     pub async fn unregister_cluster(&self, name: &str) -> Result<(), NodeError> {
+        bkswitch_registry::validate_name(name)?;
         if self.registry().get(name).await?.is_none() {
             return Err(RegistryError::NotFound {
                 name: name.to_owned(),
@@ -519,7 +545,7 @@ impl Node {
             });
         }
         for prefix in self.orchestrator().canary_prefixes().await? {
-            let canary = self.orchestrator().for_prefix(&prefix);
+            let canary = self.coordinator().for_prefix(&prefix);
             let Some(st) = canary.current_status().await? else {
                 continue;
             };

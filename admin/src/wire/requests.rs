@@ -55,6 +55,22 @@ pub struct CleanupRequest {
     pub force: bool,
 }
 
+impl CleanupRequest {
+    /// The coordinator's cleanup options this request asks for
+    /// (`maxDeletions` 0: no limit).
+    pub fn options(&self) -> bkswitch_switch_orchestrator::CleanupOptions {
+        bkswitch_switch_orchestrator::CleanupOptions {
+            dry_run: self.dry_run,
+            src_cluster_filter: self.src_cluster_filter.clone(),
+            max_deletions: match self.max_deletions {
+                0 => None,
+                n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            },
+            force: self.force,
+        }
+    }
+}
+
 impl Default for CleanupRequest {
     /// A dry run over every old cluster, no limit, no force.
     fn default() -> Self {

@@ -139,7 +139,7 @@ pub async fn applied(node: &Node, epoch: i64, since: Instant, timeout: Duration)
 /// Waits for the switch to converge on `node`'s view: SWITCHED, no failure,
 /// every built ledger promoted (or rolled over).
 pub async fn converged(node: &Node) -> SwitchStatus {
-    let st = wait_switched(node.orchestrator(), Duration::from_secs(40)).await;
+    let st = wait_switched(&node.orchestrator(), Duration::from_secs(40)).await;
     assert_eq!(st.phase.as_str(), "SWITCHED", "{st:?}");
     assert_eq!(st.counts.failed, 0, "{st:?}");
     assert_eq!(
