@@ -11,6 +11,7 @@
 //! - [`violation`]: what a history can get wrong.
 //! - [`history`]: running a plan, deterministically (current-thread runtime,
 //!   paused time), and the replay command.
+//! - [`linear`]: linearizability of metadata-store histories.
 //! - [`shrink`]: dropping operations while a history still fails.
 //! - [`real`]: histories on real ZooKeeper and real bookies.
 //! - [`migration`]: migration histories (moving the metadata store between
@@ -21,6 +22,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod linear;
 pub mod migration;
 pub mod plan;
 pub mod real;
