@@ -45,6 +45,9 @@ pub struct Figures {
     /// Metadata sessions lost, and the trims and rollovers the managed
     /// ledgers put off meanwhile: the pause of issue #20 (item 6) at work.
     pub sessions: SessionCounts,
+    /// Metadata calls buggify failed (reads and writes, clean and after
+    /// applying), over every node.
+    pub buggified: u64,
 }
 
 /// What a history did and found.
@@ -142,7 +145,7 @@ struct Run {
 
 /// Runs `plan` on a fresh embedded stack in the current runtime.
 pub async fn run_plan(plan: &Plan) -> Outcome {
-    let stack = Stack::start(plan.settings.clone()).await;
+    let stack = Stack::start_seeded(plan.settings.clone(), plan.seed).await;
     let mut run = Run {
         stack,
         trace: vec![format!("settings {:?}", plan.settings)],
@@ -182,6 +185,13 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
 
     // Heal, restart every node, let the switches settle.
     run.stack.heal();
+    let buggified = run.stack.buggified();
+    if plan.settings.buggify_per_mille > 0 {
+        run.trace.push(format!(
+            "buggify at {}‰: {buggified} metadata calls failed",
+            plan.settings.buggify_per_mille
+        ));
+    }
     for n in std::mem::take(&mut run.stack.duplicates) {
         let _ = tokio::time::timeout(Duration::from_secs(60), n.stop()).await;
     }
@@ -226,6 +236,7 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
             .push(ViolationKind::Stuck, "no node runs after healing");
     }
     figures.operator_calls = run.calls;
+    figures.buggified = buggified;
     figures.sessions = run.stack.session_counts();
     run.stack.shutdown().await;
     // The same finding seen by both passes of a check is reported once.

@@ -54,6 +54,8 @@ pub struct Totals {
     /// Metadata sessions lost and the trims and rollovers put off meanwhile
     /// (the pause at work), over every history.
     pub sessions: SessionCounts,
+    /// Metadata calls buggify failed.
+    pub buggified: u64,
     /// Histories that failed, with their seeds.
     pub failed: Vec<u64>,
     /// Violations found.
@@ -70,6 +72,7 @@ impl Totals {
         self.faults += o.figures.faults;
         self.operator_calls += o.figures.operator_calls;
         self.published += o.figures.published;
+        self.buggified += o.figures.buggified;
         self.sessions.losses += o.figures.sessions.losses;
         self.sessions.deferred_trims += o.figures.sessions.deferred_trims;
         self.sessions.deferred_rollovers += o.figures.sessions.deferred_rollovers;

@@ -312,6 +312,11 @@ pub struct Settings {
     pub dual_read_timeout: Duration,
     /// How often the nodes look for automatic cleanup (virtual time).
     pub auto_cleanup_interval: Duration,
+    /// Buggify: the chance, per thousand, that any metadata call of a
+    /// running node (its managed ledgers, registry sync, coordinator,
+    /// ownership, REST verbs) fails until the faults heal — reads clean,
+    /// writes clean or after applying. 0: off.
+    pub buggify_per_mille: u32,
 }
 
 /// A history to run: its seed, settings and operations.
@@ -349,6 +354,7 @@ impl Plan {
             },
             dual_read_timeout: if rng.bool() { Duration::ZERO } else { 15 * day },
             auto_cleanup_interval: Duration::from_secs(rng.u64(1..10)),
+            buggify_per_mille: 0,
         };
         let mut ops = Vec::with_capacity(len);
         // Most histories start the way an operator does: register a
@@ -366,6 +372,13 @@ impl Plan {
         }
         while ops.len() < len {
             ops.push(random_op(&mut rng, nodes));
+        }
+        // A third of the histories buggify every metadata call (1–3 %),
+        // drawn from a stream of its own: the operations stay the seed's.
+        let mut bug = fastrand::Rng::with_seed(seed ^ 0x6275_6767_6966_7900);
+        let mut settings = settings;
+        if bug.u8(0..3) == 0 {
+            settings.buggify_per_mille = bug.u32(10..=30);
         }
         // A third of the histories end by moving the clock past the rollback
         // window and the dual-read timeout, so that the automatic cleanup

@@ -4,7 +4,7 @@
 //! `new` and `third`), with REST calls served in process by each node's axum
 //! router as a tower service (no socket).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,12 @@ pub struct Stack {
     pub clock: Arc<VirtualClock>,
     /// What the metadata sessions of stopped and crashed nodes counted.
     stopped_sessions: SessionCounts,
+    /// Buggify is on until the faults heal.
+    buggify_on: AtomicBool,
+    /// Calls buggify failed, on stores no longer in use.
+    buggified: AtomicU64,
+    /// The seed buggify draws from.
+    buggify_seed: u64,
 }
 
 /// What the managed ledgers' metadata sessions of a history counted
@@ -163,6 +169,16 @@ impl Stack {
     /// When a node of a fresh stack does not start (a bug of the stack, not
     /// a finding).
     pub async fn start(settings: Settings) -> Stack {
+        Stack::start_seeded(settings, 0).await
+    }
+
+    /// [`start`](Self::start), with buggify (when the settings ask for it)
+    /// drawing from `seed`; it is switched on once every node started.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_seeded(settings: Settings, seed: u64) -> Stack {
         let clusters = MemoryClusters::new();
         for name in CLUSTERS {
             clusters.get_or_create(name);
@@ -177,6 +193,9 @@ impl Stack {
             directory: Directory::default(),
             clock: Arc::new(VirtualClock::new()),
             stopped_sessions: SessionCounts::default(),
+            buggify_on: AtomicBool::new(false),
+            buggified: AtomicU64::new(0),
+            buggify_seed: 0,
         };
         *stack.directory.lock() = vec![None; stack.settings.nodes];
         for i in 0..stack.settings.nodes {
@@ -192,7 +211,36 @@ impl Stack {
                 panic!("node-{i} of a fresh stack did not start: {e}");
             }
         }
+        stack.buggify_seed = seed;
+        if stack.settings.buggify_per_mille > 0 {
+            stack.buggify_on.store(true, Ordering::SeqCst);
+            for i in 0..stack.slots.len() {
+                stack.arm_buggify(i);
+            }
+        }
         stack
+    }
+
+    /// Turns buggify on for slot `i`'s store, from a stream of its own.
+    fn arm_buggify(&self, i: usize) {
+        if !self.buggify_on.load(Ordering::SeqCst) {
+            return;
+        }
+        let slot = &self.slots[i];
+        let seed = self.buggify_seed ^ ((i as u64) << 32) ^ slot.generation;
+        slot.store
+            .gate
+            .buggify(seed, self.settings.buggify_per_mille);
+    }
+
+    /// Metadata calls buggify failed so far, over every node.
+    pub fn buggified(&self) -> u64 {
+        self.buggified.load(Ordering::SeqCst)
+            + self
+                .slots
+                .iter()
+                .map(|s| s.store.gate.buggified())
+                .sum::<u64>()
     }
 
     /// The configuration of node `id` on `store`.
@@ -222,6 +270,8 @@ impl Stack {
         let store = NodeStore::new(&self.root);
         let cfg = self.config(&self.slots[i].id, &store);
         let started = tokio::time::timeout(Duration::from_secs(120), Node::start(cfg)).await;
+        self.buggified
+            .fetch_add(self.slots[i].store.gate.buggified(), Ordering::SeqCst);
         let slot = &mut self.slots[i];
         slot.store = store;
         match started {
@@ -230,6 +280,7 @@ impl Stack {
                 slot.generation += 1;
                 self.directory.lock()[i] = Some((node.clone(), slot.generation));
                 slot.node = Some(node);
+                self.arm_buggify(i);
                 Ok(())
             }
             Ok(Err(e)) => Err(e.to_string()),
@@ -323,6 +374,16 @@ impl Stack {
     /// Heals every fault: connections back, injected write failures gone,
     /// clusters reachable and fast.
     pub fn heal(&self) {
+        self.buggify_on.store(false, Ordering::SeqCst);
+        // Slots whose node is down are counted when they start again.
+        self.buggified.fetch_add(
+            self.slots
+                .iter()
+                .filter(|s| s.node.is_some())
+                .map(|s| s.store.gate.buggified())
+                .sum::<u64>(),
+            Ordering::SeqCst,
+        );
         for s in &self.slots {
             if s.node.is_some() {
                 s.store.heal();

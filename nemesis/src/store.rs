@@ -32,6 +32,25 @@ pub struct Gate {
     down: AtomicBool,
     down_until: Mutex<Option<tokio::time::Instant>>,
     trap: Mutex<Option<(String, usize, Duration)>>,
+    buggify: Mutex<Option<Buggify>>,
+}
+
+/// Store errors at any metadata call, drawn from a seed (FoundationDB's
+/// BUGGIFY): each call fails with the given chance, a read clean, a write
+/// either clean (not applied) or applied-then-failed.
+#[derive(Debug)]
+struct Buggify {
+    rng: fastrand::Rng,
+    per_mille: u32,
+    injected: u64,
+}
+
+/// What buggify does to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Injected {
+    None,
+    Clean,
+    AfterApplying,
 }
 
 impl Gate {
@@ -42,6 +61,72 @@ impl Gate {
             down: AtomicBool::new(false),
             down_until: Mutex::new(None),
             trap: Mutex::new(None),
+            buggify: Mutex::new(None),
+        }
+    }
+
+    /// Makes every later call fail with a chance of `per_mille` / 1000,
+    /// drawn from `seed` (0: off): reads clean, writes clean or after
+    /// applying, half and half.
+    pub fn buggify(&self, seed: u64, per_mille: u32) {
+        *self.buggify.lock() = (per_mille > 0).then(|| Buggify {
+            rng: fastrand::Rng::with_seed(seed),
+            per_mille,
+            injected: 0,
+        });
+    }
+
+    /// How many calls buggify failed so far.
+    pub fn buggified(&self) -> u64 {
+        self.buggify.lock().as_ref().map_or(0, |b| b.injected)
+    }
+
+    /// Draws buggify's fate of one call.
+    fn draw(&self, write: bool) -> Injected {
+        let mut b = self.buggify.lock();
+        let Some(b) = b.as_mut() else {
+            return Injected::None;
+        };
+        if b.rng.u32(..1000) >= b.per_mille {
+            return Injected::None;
+        }
+        b.injected += 1;
+        if write && b.rng.bool() {
+            Injected::AfterApplying
+        } else {
+            Injected::Clean
+        }
+    }
+
+    fn buggified_error(op: Operation, path: &str, applied: bool) -> MetadataError {
+        MetadataError::Unavailable {
+            op,
+            path: path.to_owned(),
+            reason: if applied {
+                "injected store error after the write was applied (buggify)".to_owned()
+            } else {
+                "injected store error (buggify)".to_owned()
+            },
+        }
+    }
+
+    /// A read's check: the connection, then buggify.
+    fn check_read(&self, op: Operation, path: &str) -> Result<()> {
+        self.check(op, path)?;
+        if self.draw(false) != Injected::None {
+            return Err(Self::buggified_error(op, path, false));
+        }
+        Ok(())
+    }
+
+    /// A write's check: the connection, then buggify; `Ok(true)` when the
+    /// write must fail after it is applied.
+    fn check_write(&self, op: Operation, path: &str) -> Result<bool> {
+        self.check(op, path)?;
+        match self.draw(true) {
+            Injected::None => Ok(false),
+            Injected::Clean => Err(Self::buggified_error(op, path, false)),
+            Injected::AfterApplying => Ok(true),
         }
     }
 
@@ -110,13 +195,16 @@ impl Gate {
 #[async_trait]
 impl MetadataStore for Gate {
     async fn get(&self, path: &str) -> Result<Option<GetResult>> {
-        self.check(Operation::Get, path)?;
+        self.check_read(Operation::Get, path)?;
         self.inner.get(path).await
     }
 
     async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
-        self.check(Operation::Put, path)?;
+        let fail_after = self.check_write(Operation::Put, path)?;
         let r = self.inner.put(path, value, expected).await;
+        if fail_after {
+            return r.and(Err(Self::buggified_error(Operation::Put, path, true)));
+        }
         if self.trapped(path) {
             return r.and(Err(Self::lost(Operation::Put, path)));
         }
@@ -124,8 +212,11 @@ impl MetadataStore for Gate {
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        self.check(Operation::Create, path)?;
+        let fail_after = self.check_write(Operation::Create, path)?;
         let r = self.inner.create(path, value, mode).await;
+        if fail_after {
+            return r.and(Err(Self::buggified_error(Operation::Create, path, true)));
+        }
         if self.trapped(path) {
             return r.and(Err(Self::lost(Operation::Create, path)));
         }
@@ -133,8 +224,11 @@ impl MetadataStore for Gate {
     }
 
     async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        self.check(Operation::Delete, path)?;
+        let fail_after = self.check_write(Operation::Delete, path)?;
         let r = self.inner.delete(path, expected).await;
+        if fail_after {
+            return r.and(Err(Self::buggified_error(Operation::Delete, path, true)));
+        }
         if self.trapped(path) {
             return r.and(Err(Self::lost(Operation::Delete, path)));
         }
@@ -142,17 +236,17 @@ impl MetadataStore for Gate {
     }
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {
-        self.check(Operation::Exists, path)?;
+        self.check_read(Operation::Exists, path)?;
         self.inner.exists(path).await
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.check(Operation::Children, path)?;
+        self.check_read(Operation::Children, path)?;
         self.inner.children(path).await
     }
 
     async fn watch(&self, path: &str) -> Result<WatchStream> {
-        self.check(Operation::Watch, path)?;
+        self.check_read(Operation::Watch, path)?;
         self.inner.watch(path).await
     }
 
@@ -270,6 +364,7 @@ impl NodeStore {
 
     /// Removes every fault: connected, no injected write failure.
     pub fn heal(&self) {
+        self.gate.buggify(0, 0);
         self.gate.set_down(false);
         self.gate.clear();
         self.recorder.clear_faults();
