@@ -129,6 +129,24 @@ async fn the_factory_follows_the_memory_store_session() {
     wait_for("the new session", 5, || session.is_available()).await;
 }
 
+/// Found by the nemesis's buggify: the watch that follows the session
+/// failed once at the first open, and nothing tried again until another
+/// ledger opened, so the open ledgers never paused at the next loss.
+#[tokio::test]
+async fn a_session_watch_that_failed_at_the_first_open_is_armed_again_by_itself() {
+    let memory = Arc::new(MemoryStore::new());
+    let env = Env::on(memory.clone());
+    env.store.fail_watches_matching("/managed-ledgers", 2);
+    let factory = env.factory();
+    let ml = factory.open(NAME, small_config()).await.unwrap();
+    let session = ml.metadata_session();
+    // No other open: the factory arms the watch again in the background.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    memory.expire_session().unwrap();
+    wait_for("the expiry to be seen", 5, || session.losses() == 1).await;
+    wait_for("the new session", 5, || session.is_available()).await;
+}
+
 #[tokio::test]
 async fn while_the_memory_store_session_is_lost_nothing_is_trimmed_or_rolled_over() {
     let env = Env::new();

@@ -263,7 +263,89 @@ fn short(a: &Option<Answer>) -> String {
     }
 }
 
+/// The REST request of an operator operation: node, method, path, body.
+fn request_of(op: &Op) -> Option<(usize, Method, String, Option<Value>)> {
+    Some(match *op {
+        Op::Switch { node, cluster } => (
+            node,
+            Method::POST,
+            "/switch".to_owned(),
+            Some(json!({ "target": CLUSTERS[cluster] })),
+        ),
+        Op::Rollback { node } => (node, Method::POST, "/rollback".to_owned(), Some(json!({}))),
+        Op::Cleanup {
+            node,
+            dry_run,
+            force,
+        } => (
+            node,
+            Method::POST,
+            "/cleanup".to_owned(),
+            Some(json!({ "dryRun": dry_run, "force": force })),
+        ),
+        Op::SetOverride {
+            node,
+            prefix,
+            cluster,
+        } => (
+            node,
+            Method::POST,
+            "/overrides".to_owned(),
+            Some(json!({ "prefix": PREFIXES[prefix], "cluster": CLUSTERS[cluster] })),
+        ),
+        Op::RemoveOverride { node, prefix } => (
+            node,
+            Method::POST,
+            "/overrides/remove".to_owned(),
+            Some(json!({ "prefix": PREFIXES[prefix] })),
+        ),
+        _ => return None,
+    })
+}
+
 impl Run {
+    /// Two operator calls at the same moment: each must answer clearly, and
+    /// two switch starts that both succeed must be the same switch.
+    async fn race(&mut self, first: &Op, second: &Op) -> String {
+        let (Some(a), Some(b)) = (request_of(first), request_of(second)) else {
+            return "not operator calls".to_owned();
+        };
+        let (ra, rb) = tokio::join!(
+            self.stack.call(a.0, a.1.clone(), &a.2, a.3.clone()),
+            self.stack.call(b.0, b.1.clone(), &b.2, b.3.clone())
+        );
+        for (req, ans) in [(&a, &ra), (&b, &rb)] {
+            if let Some(ans) = ans {
+                self.calls += 1;
+                if ans.status == 0
+                    || (!ans.ok() && (ans.message().is_empty() || ans.code().is_empty()))
+                {
+                    self.violations.push(
+                        ViolationKind::OperatorCall,
+                        format!(
+                            "{} on node-{} (racing) answered {} without a clear error body: {}",
+                            req.2, req.0, ans.status, ans.body
+                        ),
+                    );
+                }
+            }
+        }
+        if let (Op::Switch { .. }, Op::Switch { .. }, Some(x), Some(y)) = (first, second, &ra, &rb)
+        {
+            let id = |a: &Answer| a.body.get("switchId").cloned();
+            if x.ok() && y.ok() && id(x) != id(y) {
+                self.violations.push(
+                    ViolationKind::TwoCoordinators,
+                    format!(
+                        "two racing switch starts both succeeded with different switches: {} and {}",
+                        x.body, y.body
+                    ),
+                );
+            }
+        }
+        format!("{} | {}", short(&ra), short(&rb))
+    }
+
     async fn call(
         &mut self,
         node: usize,
@@ -294,6 +376,24 @@ impl Run {
 
     async fn op(&mut self, op: &Op) -> String {
         match *op {
+            Op::MoveClockHours { hours } => {
+                self.stack.clock.advance(Duration::from_secs(hours * 3600));
+                "moved".to_owned()
+            }
+            Op::Racing {
+                ref first,
+                ref second,
+            } => self.race(first, second).await,
+            Op::Cancelled { ref call, after_ms } => {
+                let Some((node, method, path, body)) = request_of(call) else {
+                    return "not an operator call".to_owned();
+                };
+                let call = self.stack.call(node, method, &path, body);
+                match tokio::time::timeout(Duration::from_millis(after_ms), call).await {
+                    Ok(a) => format!("answered before the client left: {}", short(&a)),
+                    Err(_) => "cancelled".to_owned(),
+                }
+            }
             Op::Register { node, cluster } => {
                 let name = CLUSTERS[cluster];
                 let before = self.record(name).await;

@@ -175,6 +175,29 @@ pub enum Op {
         /// How far, in days.
         days: u64,
     },
+    /// Moves every node's clock forward by `hours` in the middle of a
+    /// history (rollback windows and automatic cleanup meet it mid-step).
+    MoveClockHours {
+        /// How far, in hours.
+        hours: u64,
+    },
+    /// Two operator calls on two nodes at the same moment (each an
+    /// operator operation: switch, rollback, cleanup, set or remove an
+    /// override).
+    Racing {
+        /// The first call.
+        first: Box<Op>,
+        /// The second call.
+        second: Box<Op>,
+    },
+    /// An operator call whose client goes away after `after_ms` (virtual
+    /// time): the handler is dropped wherever it is.
+    Cancelled {
+        /// The call (an operator operation).
+        call: Box<Op>,
+        /// When the client goes away.
+        after_ms: u64,
+    },
     /// Lets time pass (traffic and the nodes' own duties run).
     Wait {
         /// How long (virtual time).
@@ -267,6 +290,11 @@ impl fmt::Display for Op {
             }
             Op::Wait { millis } => write!(f, "wait {millis} ms"),
             Op::MoveClock { days } => write!(f, "move the clock {days} days forward"),
+            Op::MoveClockHours { hours } => write!(f, "move the clock {hours} hours forward"),
+            Op::Racing { first, second } => write!(f, "race [{first}] with [{second}]"),
+            Op::Cancelled { call, after_ms } => {
+                write!(f, "[{call}], its client gone after {after_ms} ms")
+            }
             Op::ExpectSettled { millis } => {
                 write!(f, "expect every switch settled within {millis} ms")
             }
@@ -312,6 +340,9 @@ pub struct Settings {
     pub dual_read_timeout: Duration,
     /// How often the nodes look for automatic cleanup (virtual time).
     pub auto_cleanup_interval: Duration,
+    /// Each node's wall clock ahead (or behind, negative) of the others, in
+    /// milliseconds (empty: no skew).
+    pub skew_ms: Vec<i64>,
     /// Buggify: the chance, per thousand, that any metadata call of a
     /// running node (its managed ledgers, registry sync, coordinator,
     /// ownership, REST verbs) fails until the faults heal — reads clean,
@@ -354,6 +385,7 @@ impl Plan {
             },
             dual_read_timeout: if rng.bool() { Duration::ZERO } else { 15 * day },
             auto_cleanup_interval: Duration::from_secs(rng.u64(1..10)),
+            skew_ms: Vec::new(),
             buggify_per_mille: 0,
         };
         let mut ops = Vec::with_capacity(len);
@@ -380,6 +412,30 @@ impl Plan {
         if bug.u8(0..3) == 0 {
             settings.buggify_per_mille = bug.u32(10..=30);
         }
+        // And from another: per-node clock skew in a third of the histories,
+        // and up to three racing calls, cancelled calls or mid-history clock
+        // moves inserted among the operations.
+        let mut extra = fastrand::Rng::with_seed(seed ^ 0x7261_6365_7300_0000);
+        if extra.u8(0..3) == 0 {
+            settings.skew_ms = (0..nodes).map(|_| extra.i64(-90_000..=90_000)).collect();
+        }
+        for _ in 0..extra.usize(0..=3) {
+            let op = match extra.u8(0..3) {
+                0 => Op::Racing {
+                    first: Box::new(operator_op(&mut extra, nodes)),
+                    second: Box::new(operator_op(&mut extra, nodes)),
+                },
+                1 => Op::Cancelled {
+                    call: Box::new(operator_op(&mut extra, nodes)),
+                    after_ms: extra.u64(0..200),
+                },
+                _ => Op::MoveClockHours {
+                    hours: extra.u64(1..48),
+                },
+            };
+            let at = extra.usize(0..=ops.len());
+            ops.insert(at, op);
+        }
         // A third of the histories end by moving the clock past the rollback
         // window and the dual-read timeout, so that the automatic cleanup
         // runs on whatever the history left. Drawn from a stream of its own,
@@ -401,6 +457,32 @@ impl Plan {
     /// Faults in the plan.
     pub fn faults(&self) -> usize {
         self.ops.iter().filter(|o| o.is_fault()).count()
+    }
+}
+
+/// An operator call (what [`Op::Racing`] and [`Op::Cancelled`] make).
+fn operator_op(rng: &mut fastrand::Rng, nodes: usize) -> Op {
+    let node = rng.usize(0..nodes);
+    match rng.u8(0..5) {
+        0 => Op::Switch {
+            node,
+            cluster: rng.usize(0..CLUSTERS.len()),
+        },
+        1 => Op::Rollback { node },
+        2 => Op::Cleanup {
+            node,
+            dry_run: false,
+            force: rng.bool(),
+        },
+        3 => Op::SetOverride {
+            node,
+            prefix: rng.usize(0..PREFIXES.len()),
+            cluster: rng.usize(0..CLUSTERS.len()),
+        },
+        _ => Op::RemoveOverride {
+            node,
+            prefix: rng.usize(0..PREFIXES.len()),
+        },
     }
 }
 

@@ -363,6 +363,7 @@ pub fn directed_plan(d: &Directed) -> Plan {
             rollback_window: day,
             dual_read_timeout: 15 * day,
             auto_cleanup_interval: Duration::from_secs(5),
+            skew_ms: Vec::new(),
             buggify_per_mille: 0,
         },
         ops: (d.ops)(),

@@ -161,6 +161,19 @@ impl Clock for VirtualClock {
     }
 }
 
+/// A node's wall clock: the history's, `skew_ms` ahead (or behind).
+#[derive(Debug)]
+struct SkewedClock {
+    base: Arc<VirtualClock>,
+    skew_ms: i64,
+}
+
+impl Clock for SkewedClock {
+    fn now_millis(&self) -> i64 {
+        self.base.now_millis().saturating_add(self.skew_ms)
+    }
+}
+
 impl Stack {
     /// Starts `settings.nodes` nodes on fresh clusters, `old` ACTIVE.
     ///
@@ -254,7 +267,19 @@ impl Stack {
             .with_promote_retry(20, Duration::from_millis(100));
         cfg.ledger_config = cfg.ledger_config.with_max_entries_per_ledger(8);
         cfg.old_ledger_read_timeout = Duration::from_millis(2_000);
-        cfg.clock = self.clock.clone();
+        let skew = id
+            .strip_prefix("node-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| s.skew_ms.get(i).copied())
+            .unwrap_or(0);
+        cfg.clock = if skew == 0 {
+            self.clock.clone()
+        } else {
+            Arc::new(SkewedClock {
+                base: self.clock.clone(),
+                skew_ms: skew,
+            })
+        };
         cfg
     }
 

@@ -82,16 +82,41 @@ impl ManagedLedgerFactory {
     }
 
     /// Starts following the store's session events, once per factory (and
-    /// its clones); retried at the next open when the watch cannot be armed.
+    /// its clones). When the watch cannot be armed (a transient store
+    /// error), it is tried again in the background until it is, with a
+    /// growing pause (50 ms to 2 s): managed ledgers already open must pause
+    /// their trims and rollovers at the next session loss even if no other
+    /// ledger opens (found by the nemesis's buggify: one failed watch at the
+    /// first open left a node that never paused).
     async fn follow_session(&self) {
         if self.following.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Err(e) = self.session.follow(self.store.as_ref()).await {
-            self.following.store(false, Ordering::Release);
-            tracing::warn!(error = %e,
-                "cannot follow the metadata store's session events yet; retried at the next open");
-        }
+        let Err(e) = self.session.follow(self.store.as_ref()).await else {
+            return;
+        };
+        tracing::warn!(error = %e,
+            "cannot follow the metadata store's session events yet; retrying in the background");
+        let session = self.session.clone();
+        let store = Arc::downgrade(&self.store);
+        tokio::spawn(async move {
+            let mut pause = std::time::Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(pause).await;
+                // The factory and its store are gone: nothing to follow.
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
+                match session.follow(store.as_ref()).await {
+                    Ok(()) => return,
+                    Err(e) if e.kind() == bkswitch_metadata_store::ErrorKind::Closed => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "following the session: retried");
+                        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                    }
+                }
+            }
+        });
     }
 
     /// The metadata path of a managed ledger: `/managed-ledgers/<name>`.

@@ -63,6 +63,9 @@ struct Faults {
     /// Reads (`get`, `exists`, `children`) whose path contains the pattern
     /// fail with `Unavailable` while the count lasts.
     reads: Option<(String, usize)>,
+    /// Watches whose path contains the pattern fail with `Unavailable`
+    /// while the count lasts.
+    watches: Option<(String, usize)>,
     /// Reads whose path contains the pattern wait until the sender says
     /// `true` (or is dropped), then go on to the inner store.
     held: Option<(String, tokio::sync::watch::Receiver<bool>)>,
@@ -162,6 +165,12 @@ impl RecordingStore {
     /// [`clear_faults`](Self::clear_faults)).
     pub fn fail_reads_matching(&self, pattern: &str, count: usize) {
         self.faults.lock().reads = Some((pattern.to_owned(), count));
+    }
+
+    /// Makes the next `count` watches whose path contains `pattern` fail
+    /// with a retryable [`MetadataError::Unavailable`] (nothing armed).
+    pub fn fail_watches_matching(&self, pattern: &str, count: usize) {
+        self.faults.lock().watches = Some((pattern.to_owned(), count));
     }
 
     /// Makes reads (`get`, `exists`, `children`) whose path contains
@@ -386,6 +395,19 @@ impl MetadataStore for RecordingStore {
     }
 
     async fn watch(&self, path: &str) -> Result<WatchStream> {
+        {
+            let mut f = self.faults.lock();
+            if let Some((pattern, count)) = &mut f.watches {
+                if *count > 0 && path.contains(pattern.as_str()) {
+                    *count -= 1;
+                    return Err(MetadataError::Unavailable {
+                        op: Operation::Watch,
+                        path: path.to_owned(),
+                        reason: "injected watch failure".to_owned(),
+                    });
+                }
+            }
+        }
         self.inner.watch(path).await
     }
 
