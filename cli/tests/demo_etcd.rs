@@ -10,11 +10,14 @@
 //! Needs the `etcd` feature (`cargo test -p bkswitch-cli --features etcd
 //! --test demo_etcd`).
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
+use common::procs::{self, Proc};
 
 use bkswitch_etcd_harness::{unique_prefix, EtcdCluster};
 use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, MetadataStore};
@@ -143,56 +146,24 @@ fn demo_refuses_a_malformed_etcd_url_before_starting() {
 const ADMIN: &str = "etcd-admin-token";
 
 /// Starts `bookie-switch serve` on `metadata` with `extra` flags, its stderr
-/// into `log`; returns it with its base URL once its REST API answers.
-async fn serve(metadata: &str, log: &std::path::Path, extra: &[&str]) -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("address")
-        .port();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--metadata-store-url",
-            metadata,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--cluster-name",
-            "old",
-        ])
-        .args(extra)
-        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-        .env("BKSWITCH_INTERNAL_TOKEN", "etcd-internal-token")
-        .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
-        .spawn()
-        .expect("start serve");
-    let url = format!("http://127.0.0.1:{port}");
-    let admin = AdminClient::new(&url, ADMIN).expect("client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while admin.status().await.is_err() {
-        if let Some(code) = child.try_wait().expect("wait") {
-            panic!(
-                "serve exited {code}: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "serve did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (child, url)
-}
-
-/// Stops `child` with SIGTERM (as a service manager does) and returns its log.
-fn stop(mut child: Child, log: &std::path::Path) -> String {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let code = child.wait().expect("wait");
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    assert!(code.success(), "serve exited {code}: {text}");
-    text
+/// into `log`; returns it once its REST API answers.
+async fn serve(metadata: &str, log: &std::path::Path, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "--metadata-store-url".to_owned(),
+        metadata.to_owned(),
+        "--cluster-name".to_owned(),
+        "old".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    procs::launch(
+        "serve",
+        procs::free_port(),
+        &args,
+        ADMIN,
+        "etcd-internal-token",
+        log,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +172,7 @@ async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
     let metadata = cluster.url(&unique_prefix());
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("serve-1.log");
-    let (child, url) = serve(
+    let node = serve(
         &metadata,
         &log,
         &[
@@ -212,6 +183,7 @@ async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
         ],
     )
     .await;
+    let url = node.url.clone();
     let admin = AdminClient::new(&url, ADMIN).expect("client");
     admin
         .register("new", "memory://new", None)
@@ -237,7 +209,7 @@ async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
     assert_eq!(st["epoch"], epoch, "{st:#}");
     assert_eq!(st["switch"]["counts"]["failed"], 0, "{st:#}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let text = stop(child, &log);
+    let text = procs::terminate(node);
     assert!(
         text.contains(" 0 publish failures, 0 gaps"),
         "the traffic summary: {text}"
@@ -266,8 +238,8 @@ async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
             == 2
     );
     let log2 = dir.path().join("serve-2.log");
-    let (child, url) = serve(&metadata, &log2, &[]).await;
-    let st = AdminClient::new(&url, ADMIN)
+    let again = serve(&metadata, &log2, &[]).await;
+    let st = AdminClient::new(&again.url, ADMIN)
         .expect("client")
         .status()
         .await
@@ -275,6 +247,6 @@ async fn serve_switches_on_etcd_and_finds_the_switch_after_a_restart() {
         .0;
     assert_eq!(st["activeCluster"], "new", "{st:#}");
     assert_eq!(st["epoch"], epoch, "{st:#}");
-    stop(child, &log2);
+    procs::terminate(again);
     store.close().await.expect("close");
 }

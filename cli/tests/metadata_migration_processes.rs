@@ -16,7 +16,6 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bkswitch_admin::AdminClient;
@@ -25,110 +24,53 @@ use bkswitch_etcd_harness::{unique_prefix, EtcdCluster};
 use bkswitch_metadata_store::{EtcdStore, EtcdStoreOptions, MetadataStore};
 use clap::Parser;
 
-const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
-const ADMIN: &str = "migration-admin-token";
+use common::procs::{self, Proc, ADMIN};
 
 fn topic(node: usize) -> String {
     format!("tenant/ns/persistent/moved-n{node}")
 }
 
 /// Starts node `node` of `bookie-switch serve` on `metadata` with traffic
-/// on its topic, its stderr into `log`; returns it with its base URL once its
-/// REST API answers.
-async fn serve(node: usize, metadata: &str, log: &std::path::Path) -> (Child, String) {
+/// on its topic, its stderr into `log`; returns it once its REST API
+/// answers.
+async fn serve(node: usize, metadata: &str, log: &std::path::Path) -> Proc {
     serve_with(node, metadata, log, &[]).await
 }
 
 /// [`serve`] with `extra` flags.
-async fn serve_with(
-    node: usize,
-    metadata: &str,
-    log: &std::path::Path,
-    extra: &[&str],
-) -> (Child, String) {
-    let traffic = [
-        "--topics".to_owned(),
-        topic(node),
-        "--rate".into(),
-        "40".into(),
-    ];
-    start(
-        "serve",
-        &format!("node-{node}"),
+async fn serve_with(node: usize, metadata: &str, log: &std::path::Path, extra: &[&str]) -> Proc {
+    procs::serve(node, &topic(node), metadata, log, extra).await
+}
+
+/// Starts `bookie-switch coordinator` (a dedicated coordinator, no topics).
+async fn dedicated_coordinator(metadata: &str, log: &std::path::Path) -> Proc {
+    let args: Vec<String> = [
+        "--node-id",
+        "coordinator-1",
+        "--metadata-store",
         metadata,
+        "--bookkeeper-uri",
+        "memory://old",
+        "--cluster-name",
+        "old",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    procs::launch(
+        "coordinator",
+        procs::free_port(),
+        &args,
+        ADMIN,
+        "migration-internal-token",
         log,
-        extra,
-        &traffic,
     )
     .await
 }
 
-/// Starts `bookie-switch coordinator` (a dedicated coordinator, no topics).
-async fn dedicated_coordinator(metadata: &str, log: &std::path::Path) -> (Child, String) {
-    start("coordinator", "coordinator-1", metadata, log, &[], &[]).await
-}
-
-async fn start(
-    command: &str,
-    node_id: &str,
-    metadata: &str,
-    log: &std::path::Path,
-    extra: &[&str],
-    traffic: &[String],
-) -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("address")
-        .port();
-    let mut child = Command::new(BIN)
-        .args([
-            command,
-            "--node-id",
-            node_id,
-            "--metadata-store",
-            metadata,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--bookkeeper-uri",
-            "memory://old",
-            "--cluster-name",
-            "old",
-        ])
-        .args(traffic)
-        .args(extra)
-        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-        .env("BKSWITCH_INTERNAL_TOKEN", "migration-internal-token")
-        .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
-        .spawn()
-        .expect("start bookie-switch");
-    let url = format!("http://127.0.0.1:{port}");
-    let admin = AdminClient::new(&url, ADMIN).expect("client");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while admin.status().await.is_err() {
-        if let Some(code) = child.try_wait().expect("wait") {
-            panic!(
-                "{command} exited {code}: {}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(Instant::now() < deadline, "{command} did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (child, url)
-}
-
-/// Stops `child` with SIGTERM and returns its log.
-fn stop(mut child: Child, log: &std::path::Path) -> String {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let code = child.wait().expect("wait");
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    assert!(code.success(), "serve exited {code}: {text}");
-    text
+/// Stops `p` with SIGTERM and returns its log.
+fn stop(p: Proc) -> String {
+    procs::terminate(p)
 }
 
 /// `(published, failures, gaps)` of the `traffic: …` line of `log`.
@@ -176,7 +118,8 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     // A dedicated coordinator, started first: it leads the election, so it
     // runs the migration.
     let coordinator_log = dir.path().join("coordinator.log");
-    let (coordinator, coordinator_url) = dedicated_coordinator(&zk, &coordinator_log).await;
+    let coordinator = dedicated_coordinator(&zk, &coordinator_log).await;
+    let coordinator_url = coordinator.url.clone();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !leads(&coordinator_url).await {
         assert!(Instant::now() < deadline, "the coordinator does not lead");
@@ -185,23 +128,19 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     let mut nodes = Vec::new();
     for node in 0..3 {
         let log = dir.path().join(format!("serve-{node}.log"));
-        let (child, url) = serve(node, &zk, &log).await;
-        nodes.push((child, url, log));
+        nodes.push(serve(node, &zk, &log).await);
     }
-    let logs = |nodes: &[(Child, String, std::path::PathBuf)]| -> String {
-        nodes
-            .iter()
-            .map(|(_, _, log)| std::fs::read_to_string(log).unwrap_or_default())
-            .chain(std::iter::once(
-                std::fs::read_to_string(&coordinator_log).unwrap_or_default(),
-            ))
-            .collect::<Vec<_>>()
-            .join("\n----\n")
+    let logs = |nodes: &[Proc]| -> String {
+        format!(
+            "{}\n----\n{}",
+            procs::logs(nodes),
+            std::fs::read_to_string(&coordinator_log).unwrap_or_default()
+        )
     };
     // Traffic runs for a while on ZooKeeper first.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let url0 = nodes[0].1.clone();
+    let url0 = nodes[0].url.clone();
     let out = cli(
         &url0,
         &["metadata-migration", "start", "--target-url", &target],
@@ -233,7 +172,7 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Every node follows to etcd.
-    for (_, url, _) in &nodes {
+    for url in nodes.iter().map(|p| &p.url) {
         let admin = AdminClient::new(url, ADMIN).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -260,8 +199,8 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     // Traffic goes on, on etcd.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    for (child, _, log) in nodes {
-        let text = stop(child, &log);
+    for p in nodes {
+        let text = stop(p);
         let (published, failures, gaps) = traffic(&text);
         assert!(published > 0, "{text}");
         assert_eq!((failures, gaps), (0, 0), "{text}");
@@ -273,7 +212,7 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
         .await
         .unwrap();
     assert_eq!(doc.node_store_url.as_deref(), Some(target.as_str()));
-    let text = stop(coordinator, &coordinator_log);
+    let text = stop(coordinator);
     assert!(
         text.contains("this node leads: running the metadata migration"),
         "{text}"
@@ -282,8 +221,8 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     // A node restarted with its old configuration (the ZooKeeper URL)
     // follows the recorded target, warns, and opens its topic from etcd.
     let log = dir.path().join("serve-0-again.log");
-    let (child, url) = serve(0, &zk, &log).await;
-    let doc = AdminClient::new(&url, ADMIN)
+    let again = serve(0, &zk, &log).await;
+    let doc = AdminClient::new(&again.url, ADMIN)
         .unwrap()
         .migration_status()
         .await
@@ -291,7 +230,7 @@ async fn three_serve_processes_move_from_zookeeper_to_etcd_under_traffic() {
     assert_eq!(doc.node_store_url.as_deref(), Some(target.as_str()));
     assert_eq!(doc.phase, "COMPLETED");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let text = stop(child, &log);
+    let text = stop(again);
     assert!(
         text.contains("was migrated to") && text.contains(&target),
         "{text}"
@@ -365,20 +304,13 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
     let mut nodes = Vec::new();
     for node in 0..3 {
         let log = dir.path().join(format!("serve-{node}.log"));
-        let (child, url) = serve_with(node, &zk, &log, &flags).await;
-        nodes.push((child, url, log));
+        nodes.push(serve_with(node, &zk, &log, &flags).await);
     }
-    let logs = |nodes: &[(Child, String, std::path::PathBuf)]| -> String {
-        nodes
-            .iter()
-            .map(|(_, _, log)| std::fs::read_to_string(log).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
+    let logs = |nodes: &[Proc]| -> String { procs::logs(nodes) };
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
         let mut found = None;
-        for (i, (_, url, _)) in nodes.iter().enumerate() {
+        for (i, url) in nodes.iter().map(|p| &p.url).enumerate() {
             if leads(url).await {
                 found = Some(i);
             }
@@ -390,7 +322,7 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let other = (leader + 1) % 3;
-    let other_url = nodes[other].1.clone();
+    let other_url = nodes[other].url.clone();
     cli(
         &other_url,
         &["metadata-migration", "start", "--target-url", &target],
@@ -415,9 +347,9 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
         assert!(Instant::now() < deadline, "{doc}\n{}", logs(&nodes));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (mut killed, _, _) = nodes.remove(leader);
-    killed.kill().unwrap();
-    killed.wait().unwrap();
+    let mut killed = nodes.remove(leader);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
 
     // The next leader (once the dead session expired) finishes it.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -433,7 +365,7 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
     };
     assert!(doc["nodesCopied"].as_u64().unwrap() >= 300, "{doc}");
     let mut led = false;
-    for (_, url, _) in &nodes {
+    for url in nodes.iter().map(|p| &p.url) {
         led |= leads(url).await;
         let admin = AdminClient::new(url, ADMIN).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -451,7 +383,7 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
     }
     assert!(led, "a survivor leads");
     assert!(
-        nodes.iter().any(|(_, _, log)| std::fs::read_to_string(log)
+        nodes.iter().any(|p| std::fs::read_to_string(&p.log)
             .unwrap_or_default()
             .contains("this node leads: running the metadata migration")),
         "a survivor took the migration over\n{}",
@@ -462,8 +394,8 @@ async fn the_next_leader_finishes_a_migration_whose_leader_was_killed() {
         .unwrap();
     assert_eq!(store.children("/seed").await.unwrap().len(), 300);
     store.close().await.unwrap();
-    for (child, _, log) in nodes {
-        let text = stop(child, &log);
+    for p in nodes {
+        let text = stop(p);
         let (published, failures, gaps) = traffic(&text);
         assert!(published > 0, "{text}");
         assert_eq!((failures, gaps), (0, 0), "{text}");

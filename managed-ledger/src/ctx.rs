@@ -17,6 +17,7 @@ use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
 use bkswitch_proto::ml::ManagedCursorInfo;
 
 use crate::error::{ManagedLedgerError, Result};
+use crate::fence::{fence, Fence};
 use crate::session::MetadataSession;
 use crate::Clock;
 
@@ -281,18 +282,28 @@ impl Ctx {
     /// value does not name it (`names_it`). A failure may hide an applied
     /// write (the answer was lost, or a client retry of an applied write saw
     /// its own version as a conflict): deleting then would leave the metadata
-    /// naming a deleted ledger. When the stored value names it, or cannot be
+    /// naming a deleted ledger. `expected` is the version the failed
+    /// compare-and-set expected: when the node still stands at it, the lost
+    /// write could land later, so it is fenced first ([`fence`]). When the stored value names it, or cannot be
     /// read, the ledger is closed and kept (at worst unreferenced, reported in
     /// the log), as the schema storage does.
     pub(crate) async fn discard_unless_recorded(
         &self,
         path: &str,
+        expected: i64,
         handle: &dyn WriteHandle,
         creator: &dyn BookKeeper,
         resolve: impl FnOnce() -> Result<Arc<dyn BookKeeper>>,
-        names_it: impl FnOnce(&[u8]) -> bool,
+        names_it: impl Fn(&[u8]) -> bool,
     ) -> Unrecorded {
         let id = handle.id();
+        let keep = |why: String| async move {
+            let _ = handle.close().await;
+            tracing::warn!(managed_ledger = %self.name, ledger_id = id, path,
+                cluster = creator.cluster_name(),
+                "{why}; keeping the ledger, which may be unreferenced");
+            Unrecorded::Unknown
+        };
         match self.store.get(path).await {
             Ok(Some(r)) if names_it(&r.value) => {
                 let _ = handle.close().await;
@@ -302,17 +313,43 @@ impl Ctx {
                      keeping it");
                 Unrecorded::Recorded
             }
+            // Unchanged: the lost write may still land. Fence it first.
+            Ok(Some(r)) if r.stat.version == expected => {
+                match fence(self.store.as_ref(), path, &r.value, expected).await {
+                    Fence::Fenced(version) => {
+                        self.discard_unrecorded(handle, creator, resolve).await;
+                        Unrecorded::Fenced(version)
+                    }
+                    Fence::Moved => match self.store.get(path).await {
+                        Ok(Some(now)) if names_it(&now.value) => {
+                            let _ = handle.close().await;
+                            Unrecorded::Recorded
+                        }
+                        // Moved past the version the lost write expects: it
+                        // can no longer land.
+                        Ok(_) => {
+                            self.discard_unrecorded(handle, creator, resolve).await;
+                            Unrecorded::Deleted
+                        }
+                        Err(e) => keep(format!("cannot read back after fencing: {e}")).await,
+                    },
+                    Fence::Failed(e) => {
+                        keep(format!("cannot fence the lost metadata write: {e}")).await
+                    }
+                }
+            }
+            // Moved on (or gone): a compare-and-set on `expected` can no
+            // longer land.
             Ok(_) => {
                 self.discard_unrecorded(handle, creator, resolve).await;
                 Unrecorded::Deleted
             }
             Err(e) => {
-                let _ = handle.close().await;
-                tracing::warn!(managed_ledger = %self.name, ledger_id = id, path, error = %e,
-                    cluster = creator.cluster_name(),
+                keep(format!(
                     "cannot tell whether the metadata write recording the new ledger was \
-                     applied; keeping the ledger, which may be unreferenced");
-                Unrecorded::Unknown
+                     applied: {e}"
+                ))
+                .await
             }
         }
     }
@@ -401,8 +438,13 @@ impl Ctx {
 /// recording failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unrecorded {
-    /// The stored metadata does not name it: it was deleted.
+    /// The stored metadata does not name it and the lost write can no
+    /// longer land: it was deleted.
     Deleted,
+    /// The stored metadata was unchanged: it was written back at this new
+    /// version so that the lost write can never land, then the ledger was
+    /// deleted. The writer continues from this version.
+    Fenced(i64),
     /// The stored metadata names it (the write was applied, or a later writer
     /// kept it): closed and kept.
     Recorded,

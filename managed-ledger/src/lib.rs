@@ -7,6 +7,7 @@
 mod ctx;
 mod cursor;
 mod error;
+mod fence;
 mod ledger;
 pub mod ledger_metadata;
 mod ledger_view;

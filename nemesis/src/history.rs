@@ -376,6 +376,35 @@ impl Run {
 
     async fn op(&mut self, op: &Op) -> String {
         match *op {
+            Op::Freeze {
+                node,
+                millis,
+                expire,
+            } => {
+                let gate = self.stack.slots[node].store.gate.clone();
+                let session = self.stack.slots[node].store.session.clone();
+                gate.set_frozen(true);
+                tokio::time::sleep(Duration::from_millis(millis / 2)).await;
+                if expire {
+                    let _ = session.expire_session();
+                }
+                tokio::time::sleep(Duration::from_millis(millis - millis / 2)).await;
+                gate.set_frozen(false);
+                "resumed".to_owned()
+            }
+            Op::LateWrites {
+                node,
+                kind,
+                count,
+                delay_ms,
+            } => {
+                self.stack.slots[node].store.gate.late_writes(
+                    kind.pattern(),
+                    count,
+                    Duration::from_millis(delay_ms),
+                );
+                "armed".to_owned()
+            }
             Op::MoveClockHours { hours } => {
                 self.stack.clock.advance(Duration::from_secs(hours * 3600));
                 "moved".to_owned()

@@ -198,6 +198,29 @@ pub enum Op {
         /// When the client goes away.
         after_ms: u64,
     },
+    /// The node's process freezes (SIGSTOP) with its calls in flight for
+    /// `millis`; its session expires meanwhile when `expire`; then it
+    /// resumes (SIGCONT) and its calls go on: a zombie.
+    Freeze {
+        /// The node.
+        node: usize,
+        /// How long (virtual time).
+        millis: u64,
+        /// Whether its session expires while it is frozen.
+        expire: bool,
+    },
+    /// The next `count` writes of `kind` by the node are answered
+    /// `Unavailable` at once and land `delay_ms` later.
+    LateWrites {
+        /// The node.
+        node: usize,
+        /// Which writes.
+        kind: WriteKind,
+        /// How many.
+        count: usize,
+        /// How late (virtual time).
+        delay_ms: u64,
+    },
     /// Lets time pass (traffic and the nodes' own duties run).
     Wait {
         /// How long (virtual time).
@@ -291,6 +314,28 @@ impl fmt::Display for Op {
             Op::Wait { millis } => write!(f, "wait {millis} ms"),
             Op::MoveClock { days } => write!(f, "move the clock {days} days forward"),
             Op::MoveClockHours { hours } => write!(f, "move the clock {hours} hours forward"),
+            Op::Freeze {
+                node,
+                millis,
+                expire,
+            } => write!(
+                f,
+                "node{node} frozen {millis} ms{}",
+                if *expire {
+                    ", its session expiring"
+                } else {
+                    ""
+                }
+            ),
+            Op::LateWrites {
+                node,
+                kind,
+                count,
+                delay_ms,
+            } => write!(
+                f,
+                "node{node}: next {count} {kind:?} writes land {delay_ms} ms late"
+            ),
             Op::Racing { first, second } => write!(f, "race [{first}] with [{second}]"),
             Op::Cancelled { call, after_ms } => {
                 write!(f, "[{call}], its client gone after {after_ms} ms")
@@ -317,6 +362,8 @@ impl Op {
         matches!(
             self,
             Op::Crash { .. }
+                | Op::Freeze { .. }
+                | Op::LateWrites { .. }
                 | Op::Duplicate { .. }
                 | Op::ExpireSession { .. }
                 | Op::LoseConnection { .. }
@@ -413,14 +460,26 @@ impl Plan {
             settings.buggify_per_mille = bug.u32(10..=30);
         }
         // And from another: per-node clock skew in a third of the histories,
-        // and up to three racing calls, cancelled calls or mid-history clock
-        // moves inserted among the operations.
+        // and up to three racing calls, cancelled calls, mid-history clock
+        // moves, frozen processes (zombies) or late writes inserted among the
+        // operations.
         let mut extra = fastrand::Rng::with_seed(seed ^ 0x7261_6365_7300_0000);
         if extra.u8(0..3) == 0 {
             settings.skew_ms = (0..nodes).map(|_| extra.i64(-90_000..=90_000)).collect();
         }
         for _ in 0..extra.usize(0..=3) {
-            let op = match extra.u8(0..3) {
+            let op = match extra.u8(0..5) {
+                3 => Op::Freeze {
+                    node: extra.usize(0..nodes),
+                    millis: extra.u64(100..8_000),
+                    expire: extra.bool(),
+                },
+                4 => Op::LateWrites {
+                    node: extra.usize(0..nodes),
+                    kind: WriteKind::ALL[extra.usize(0..WriteKind::ALL.len())],
+                    count: extra.usize(1..4),
+                    delay_ms: extra.u64(10..3_000),
+                },
                 0 => Op::Racing {
                     first: Box::new(operator_op(&mut extra, nodes)),
                     second: Box::new(operator_op(&mut extra, nodes)),

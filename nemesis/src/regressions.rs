@@ -24,6 +24,24 @@ pub struct RegressionSeed {
 /// They replay deterministically and pass once the defect is fixed.
 pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
     RegressionSeed {
+        seed: 49,
+        defect: "N16 (issue #36)",
+        failure: "a schema-locator or cursor write answered `Unavailable` landed after its \
+                  writer had read the node back unchanged and deleted the new ledger: the \
+                  metadata names a deleted ledger (LedgerMissing); fixed by fencing the lost \
+                  write before deleting",
+    },
+    RegressionSeed {
+        seed: 165,
+        defect: "N16 (issue #36)",
+        failure: "the same (late writes), a schema ledger lost",
+    },
+    RegressionSeed {
+        seed: 196,
+        defect: "N16 (issue #36)",
+        failure: "the same (late writes), a cursor ledger lost",
+    },
+    RegressionSeed {
         seed: 0,
         defect: "5.2",
         failure: "an ambiguous ledger-info write with the connection lost right after: the new \

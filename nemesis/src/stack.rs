@@ -326,6 +326,8 @@ impl Stack {
         self.directory.lock()[i] = None;
         self.stopped_sessions.add(&node);
         slot.store.gate.set_down(true);
+        // A frozen zombie's calls go on (and fail: it is cut off).
+        slot.store.gate.set_frozen(false);
         let _ = slot.store.session.expire_session();
         let _ = tokio::time::timeout(Duration::from_secs(60), node.stop()).await;
     }

@@ -33,6 +33,13 @@ pub struct Gate {
     down_until: Mutex<Option<tokio::time::Instant>>,
     trap: Mutex<Option<(String, usize, Duration)>>,
     buggify: Mutex<Option<Buggify>>,
+    /// While `true`, every call waits (a process frozen with its calls in
+    /// flight): they go on when it thaws.
+    frozen: tokio::sync::watch::Sender<bool>,
+    /// The next writes whose path contains the pattern are answered
+    /// `Unavailable` at once and applied only after the delay (a write that
+    /// lands after its caller gave up).
+    late: Mutex<Option<(String, usize, Duration)>>,
 }
 
 /// Store errors at any metadata call, drawn from a seed (FoundationDB's
@@ -62,6 +69,46 @@ impl Gate {
             down_until: Mutex::new(None),
             trap: Mutex::new(None),
             buggify: Mutex::new(None),
+            frozen: tokio::sync::watch::channel(false).0,
+            late: Mutex::new(None),
+        }
+    }
+
+    /// Freezes (`true`) or thaws (`false`) the process's metadata calls:
+    /// while frozen every call waits where it is, as in a process stopped
+    /// with SIGSTOP; on thaw they all go on.
+    pub fn set_frozen(&self, frozen: bool) {
+        self.frozen.send_replace(frozen);
+    }
+
+    /// Waits while frozen.
+    async fn thawed(&self) {
+        let mut rx = self.frozen.subscribe();
+        let _ = rx.wait_for(|frozen| !*frozen).await;
+    }
+
+    /// The next `count` writes whose path contains `pattern` are answered
+    /// `Unavailable` at once and applied `delay` later (virtual time).
+    pub fn late_writes(&self, pattern: &str, count: usize, delay: Duration) {
+        *self.late.lock() = Some((pattern.to_owned(), count, delay));
+    }
+
+    /// Whether the write to `path` lands late, and after how long.
+    fn late_for(&self, path: &str) -> Option<Duration> {
+        let mut late = self.late.lock();
+        let (pattern, count, delay) = late.as_mut()?;
+        if *count == 0 || !path.contains(pattern.as_str()) {
+            return None;
+        }
+        *count -= 1;
+        Some(*delay)
+    }
+
+    fn too_late(op: Operation, path: &str) -> MetadataError {
+        MetadataError::Unavailable {
+            op,
+            path: path.to_owned(),
+            reason: "no answer in time; the write may still land (nemesis)".to_owned(),
         }
     }
 
@@ -137,9 +184,11 @@ impl Gate {
         *self.trap.lock() = Some((pattern.to_owned(), count, outage));
     }
 
-    /// Removes the trap and any outage (the manual [`set_down`](Self::set_down)
-    /// stays as it is).
+    /// Removes the trap, late writes, a freeze and any outage (the manual
+    /// [`set_down`](Self::set_down) stays as it is).
     pub fn clear(&self) {
+        self.set_frozen(false);
+        *self.late.lock() = None;
         *self.trap.lock() = None;
         *self.down_until.lock() = None;
     }
@@ -195,12 +244,22 @@ impl Gate {
 #[async_trait]
 impl MetadataStore for Gate {
     async fn get(&self, path: &str) -> Result<Option<GetResult>> {
+        self.thawed().await;
         self.check_read(Operation::Get, path)?;
         self.inner.get(path).await
     }
 
     async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
+        self.thawed().await;
         let fail_after = self.check_write(Operation::Put, path)?;
+        if let Some(delay) = self.late_for(path) {
+            let (inner, p, v) = (self.inner.clone(), path.to_owned(), value.to_vec());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = inner.put(&p, &v, expected).await;
+            });
+            return Err(Self::too_late(Operation::Put, path));
+        }
         let r = self.inner.put(path, value, expected).await;
         if fail_after {
             return r.and(Err(Self::buggified_error(Operation::Put, path, true)));
@@ -212,6 +271,7 @@ impl MetadataStore for Gate {
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
+        self.thawed().await;
         let fail_after = self.check_write(Operation::Create, path)?;
         let r = self.inner.create(path, value, mode).await;
         if fail_after {
@@ -224,7 +284,16 @@ impl MetadataStore for Gate {
     }
 
     async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
+        self.thawed().await;
         let fail_after = self.check_write(Operation::Delete, path)?;
+        if let Some(delay) = self.late_for(path) {
+            let (inner, p) = (self.inner.clone(), path.to_owned());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = inner.delete(&p, expected).await;
+            });
+            return Err(Self::too_late(Operation::Delete, path));
+        }
         let r = self.inner.delete(path, expected).await;
         if fail_after {
             return r.and(Err(Self::buggified_error(Operation::Delete, path, true)));
@@ -236,16 +305,19 @@ impl MetadataStore for Gate {
     }
 
     async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        self.thawed().await;
         self.check_read(Operation::Exists, path)?;
         self.inner.exists(path).await
     }
 
     async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.thawed().await;
         self.check_read(Operation::Children, path)?;
         self.inner.children(path).await
     }
 
     async fn watch(&self, path: &str) -> Result<WatchStream> {
+        self.thawed().await;
         self.check_read(Operation::Watch, path)?;
         self.inner.watch(path).await
     }

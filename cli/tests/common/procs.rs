@@ -51,12 +51,7 @@ impl Drop for Proc {
 /// on `topic`, `extra` flags, its stderr into `log`; returns once its REST
 /// API answers.
 pub async fn serve(node: usize, topic: &str, metadata: &str, log: &Path, extra: &[&str]) -> Proc {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("address")
-        .port();
-    serve_on(port, node, topic, metadata, log, extra).await
+    serve_on(free_port(), node, topic, metadata, log, extra).await
 }
 
 /// [`serve`] on a given port (a node restarted where it listened).
@@ -68,41 +63,67 @@ pub async fn serve_on(
     log: &Path,
     extra: &[&str],
 ) -> Proc {
+    let mut args: Vec<String> = [
+        "--node-id",
+        &format!("node-{node}"),
+        "--metadata-store",
+        metadata,
+        "--bookkeeper-uri",
+        "memory://old",
+        "--cluster-name",
+        "old",
+        "--topics",
+        topic,
+        "--rate",
+        "40",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    launch("serve", port, &args, ADMIN, "migration-internal-token", log).await
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("address")
+        .port()
+}
+
+/// The one way these tests start a `bookie-switch` process (`serve`,
+/// `coordinator`): `command` listening on `port` with `args`, the admin and
+/// internal tokens in its environment, its stderr into `log`; returns once
+/// its REST API answers (panics with its log when it exits first).
+pub async fn launch(
+    command: &str,
+    port: u16,
+    args: &[String],
+    admin: &str,
+    internal: &str,
+    log: &Path,
+) -> Proc {
     let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--node-id",
-            &format!("node-{node}"),
-            "--metadata-store",
-            metadata,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--bookkeeper-uri",
-            "memory://old",
-            "--cluster-name",
-            "old",
-            "--topics",
-            topic,
-            "--rate",
-            "40",
-        ])
-        .args(extra)
-        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-        .env("BKSWITCH_INTERNAL_TOKEN", "migration-internal-token")
+        .args([command, "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("BKSWITCH_ADMIN_TOKEN", admin)
+        .env("BKSWITCH_INTERNAL_TOKEN", internal)
         .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
         .spawn()
         .expect("start bookie-switch");
     let url = format!("http://127.0.0.1:{port}");
-    let admin = AdminClient::new(&url, ADMIN).expect("client");
+    let client = AdminClient::new(&url, admin).expect("client");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while admin.status().await.is_err() {
+    while client.status().await.is_err() {
         if let Some(code) = child.try_wait().expect("wait") {
             panic!(
-                "serve exited {code}: {}",
+                "{command} exited {code}: {}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        assert!(Instant::now() < deadline, "serve did not answer");
+        assert!(Instant::now() < deadline, "{command} did not answer");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Proc {
@@ -111,6 +132,20 @@ pub async fn serve_on(
         log: log.to_owned(),
         port,
     }
+}
+
+/// Stops `p` with SIGTERM (as a service manager does), checks it exited
+/// cleanly and returns its log.
+pub fn terminate(mut p: Proc) -> String {
+    let status = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let code = p.child.wait().expect("wait");
+    let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+    assert!(code.success(), "bookie-switch exited {code}: {text}");
+    text
 }
 
 /// Three nodes, `topic(i)` each.

@@ -12,6 +12,7 @@ use bkswitch_proto::{Message, Stamped};
 use super::state::{CursorInner, CursorLedger, CursorMeta, Unsettled};
 use crate::ctx::Unrecorded;
 use crate::error::{FenceCause, ManagedLedgerError, ManagedLedgerErrorKind, Result};
+use crate::fence::{fence, Fence};
 use crate::props::merge_properties;
 
 impl CursorInner {
@@ -113,6 +114,7 @@ impl CursorInner {
                 let kept = ctx
                     .discard_unless_recorded(
                         &self.path,
+                        meta.version,
                         handle.as_ref(),
                         client.as_ref(),
                         || ctx.resolve_cursor(&self.name, &info),
@@ -122,7 +124,10 @@ impl CursorInner {
                         },
                     )
                     .await;
-                if kept != Unrecorded::Deleted {
+                if let Unrecorded::Fenced(v) = kept {
+                    meta.version = v;
+                }
+                if matches!(kept, Unrecorded::Recorded | Unrecorded::Unknown) {
                     if let Ok(bytes) = self.encode(&info) {
                         self.leave_unsettled(meta, bytes, info).await;
                     }
@@ -250,7 +255,36 @@ impl CursorInner {
         let applied = if r.stat.version == u.version + 1 && r.value == u.bytes {
             Some(true)
         } else if r.stat.version == u.version {
-            Some(false)
+            // Not applied yet: fence it so that it never lands.
+            match fence(ctx.store.as_ref(), &self.path, &r.value, u.version).await {
+                Fence::Fenced(v) => {
+                    meta.info = stored;
+                    meta.version = v;
+                    self.pos.lock().cursors_ledger_id = meta.info.cursors_ledger_id;
+                    if u.info.cursors_ledger_id != u.previous.cursors_ledger_id {
+                        let id = u.info.cursors_ledger_id;
+                        match ctx.resolve_cursor(&self.name, &u.info) {
+                            Ok(client) => ctx.delete_orphan(client.as_ref(), id).await,
+                            Err(e) => tracing::warn!(managed_ledger = %ctx.name,
+                                cursor = %self.name, ledger_id = id, error = %e,
+                                "cannot resolve the unrecorded cursor ledger; it is orphaned"),
+                        }
+                    }
+                    return Ok(());
+                }
+                Fence::Moved => return Ok(()),
+                Fence::Failed(e) => {
+                    meta.unsettled = Some(u);
+                    return Err(ManagedLedgerError::metadata(
+                        format!(
+                            "fencing the lost metadata write of cursor '{}' of managed ledger \
+                             '{}'; retry once the metadata store answers",
+                            self.name, ctx.name
+                        ),
+                        e,
+                    ));
+                }
+            }
         } else if without_stamp(&stored) == without_stamp(&u.info) {
             Some(true)
         } else if without_stamp(&stored) == without_stamp(&meta.info) {

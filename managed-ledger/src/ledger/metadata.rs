@@ -11,6 +11,7 @@ use bkswitch_proto::ml::ManagedLedgerInfo;
 use super::state::{MlInner, Writer};
 use crate::ctx::Ctx;
 use crate::error::{FenceCause, ManagedLedgerError, Result};
+use crate::fence::{fence, Fence};
 
 /// Replaces the `LedgerInfo` of `li`'s ledger in `info` (nothing when absent).
 pub(super) fn replace_ledger_info(info: &mut ManagedLedgerInfo, li: LedgerInfo) {
@@ -136,9 +137,28 @@ impl MlInner {
                 w.closed_unrecorded = Some(li);
             }
             Some(r) if r.stat.version == u.version => {
+                // Not applied yet: fence it so that it never lands, then
+                // delete its ledger.
+                match fence(ctx.store.as_ref(), &ctx.path, &r.value, u.version).await {
+                    Fence::Fenced(v) => self.state.lock().version = v,
+                    // Changed meanwhile: the next compare-and-set tells.
+                    Fence::Moved => return Ok(()),
+                    Fence::Failed(e) => {
+                        let id = u.ledger.ledger_id;
+                        self.state.lock().unsettled = Some(u);
+                        return Err(ManagedLedgerError::metadata(
+                            format!(
+                                "fencing the lost metadata write of managed ledger '{}' that \
+                                 recorded ledger {id}; retry once the metadata store answers",
+                                ctx.name
+                            ),
+                            e,
+                        ));
+                    }
+                }
                 tracing::info!(managed_ledger = %ctx.name, ledger_id = u.ledger.ledger_id,
-                    "the metadata write whose answer was lost was not applied; deleting its \
-                     ledger");
+                    "the metadata write whose answer was lost was not applied and is fenced; \
+                     deleting its ledger");
                 match ctx.resolve_ledger(&u.ledger) {
                     Ok(client) => ctx.delete_orphan(client.as_ref(), u.ledger.ledger_id).await,
                     Err(e) => tracing::warn!(managed_ledger = %ctx.name,

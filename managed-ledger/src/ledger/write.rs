@@ -250,13 +250,17 @@ impl MlInner {
                 let kept = ctx
                     .discard_unless_recorded(
                         &ctx.path,
+                        version,
                         handle.as_ref(),
                         client.as_ref(),
                         || ctx.resolve_ledger(&li),
                         |stored| names_ledger(stored, id),
                     )
                     .await;
-                if kept != Unrecorded::Deleted {
+                if let Unrecorded::Fenced(v) = kept {
+                    self.state.lock().version = v;
+                }
+                if matches!(kept, Unrecorded::Recorded | Unrecorded::Unknown) {
                     if let Ok(bytes) = encode_info(ctx, &info) {
                         self.state.lock().unsettled = Some(Unsettled {
                             bytes,

@@ -433,7 +433,51 @@ impl SchemaStorage {
                     Ok(Some((now, _))) if now.info == info => {
                         Ok(Attempt::Done(SchemaVersion(next_version)))
                     }
-                    Ok(_) => {
+                    // Unchanged: the lost write may still land (it sits in
+                    // a queue or an uncommitted quorum). Fence it before
+                    // deleting its ledger, or keep the ledger.
+                    Ok(Some((_, version))) if expected == ExpectedVersion::Exactly(version) => {
+                        // The stored bytes as they are (a re-encoding could
+                        // drop what this version does not know).
+                        let fenced = match self.store.get(path).await {
+                            Ok(Some(r)) if r.stat.version == version => {
+                                crate::fence::fence(self.store.as_ref(), path, &r.value, version)
+                                    .await
+                            }
+                            _ => crate::fence::Fence::Moved,
+                        };
+                        match fenced {
+                            crate::fence::Fence::Fenced(_) => {
+                                let cause = metadata_error(schema_id, source);
+                                Err(self.abandon(schema_id, &client, &position, cause).await)
+                            }
+                            _ => {
+                                tracing::warn!(
+                                    schema_id,
+                                    ledger_id,
+                                    cluster = client.cluster_name(),
+                                    "cannot fence the lost schema locator write; keeping the \
+                                     new schema ledger, which may be unreferenced"
+                                );
+                                Err(metadata_error(schema_id, source))
+                            }
+                        }
+                    }
+                    // Still absent after a create that may land later: no
+                    // write can fence a create; keep the ledger.
+                    Ok(None) => {
+                        tracing::warn!(
+                            schema_id,
+                            ledger_id,
+                            cluster = client.cluster_name(),
+                            "the first schema locator write may still land; keeping the new \
+                             schema ledger, which may be unreferenced"
+                        );
+                        Err(metadata_error(schema_id, source))
+                    }
+                    // Moved past what the lost write expects: it can no
+                    // longer land.
+                    Ok(Some(_)) => {
                         let cause = metadata_error(schema_id, source);
                         Err(self.abandon(schema_id, &client, &position, cause).await)
                     }
