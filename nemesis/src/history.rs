@@ -48,6 +48,8 @@ pub struct Figures {
     /// Metadata calls buggify failed (reads and writes, clean and after
     /// applying), over every node.
     pub buggified: u64,
+    /// Metadata-store migrations the nodes were seen to complete.
+    pub moves: u64,
 }
 
 /// What a history did and found.
@@ -205,6 +207,8 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
         }
     }
     run.settle().await;
+    // Read the tree the nodes use (a migration may have moved it).
+    run.stack.sync_root();
 
     let mut figures = Figures {
         ops: plan.ops.len(),
@@ -237,6 +241,7 @@ pub async fn run_plan(plan: &Plan) -> Outcome {
     }
     figures.operator_calls = run.calls;
     figures.buggified = buggified;
+    figures.moves = run.stack.moves;
     figures.sessions = run.stack.session_counts();
     run.stack.shutdown().await;
     // The same finding seen by both passes of a check is reported once.
@@ -304,6 +309,65 @@ fn request_of(op: &Op) -> Option<(usize, Method, String, Option<Value>)> {
 }
 
 impl Run {
+    /// Moves the metadata store to the other tree through node `node`: a
+    /// dry run first, then the start, wiping the target's leftovers of an
+    /// earlier move by naming the root the dry run reported.
+    async fn migrate(&mut self, node: usize) -> String {
+        use bkswitch_admin::wire::MIGRATION_PATH;
+        self.stack.sync_root();
+        let target = if self.stack.tree == "a" {
+            "memory://b"
+        } else {
+            "memory://a"
+        };
+        let plan = self
+            .stack
+            .call_at(
+                node,
+                Method::POST,
+                MIGRATION_PATH,
+                Some(json!({ "targetUrl": target, "dryRun": true })),
+            )
+            .await;
+        let Some(plan) = plan else {
+            return "node down".to_owned();
+        };
+        self.calls += 1;
+        if !plan.ok() {
+            self.clear_answer(MIGRATION_PATH, node, &plan);
+            return format!("plan: {}", short(&Some(plan)));
+        }
+        let nodes = plan.body.get("nodes").and_then(Value::as_u64).unwrap_or(0);
+        let root = plan.body.get("root").and_then(Value::as_str).unwrap_or("/");
+        let body = if nodes > 0 {
+            json!({ "targetUrl": target, "wipeTarget": root })
+        } else {
+            json!({ "targetUrl": target })
+        };
+        let a = self
+            .stack
+            .call_at(node, Method::POST, MIGRATION_PATH, Some(body))
+            .await;
+        if let Some(a) = &a {
+            self.calls += 1;
+            self.clear_answer(MIGRATION_PATH, node, a);
+        }
+        format!("{target}: {}", short(&a))
+    }
+
+    /// An answer must be a success or a clear error body.
+    fn clear_answer(&mut self, path: &str, node: usize, a: &Answer) {
+        if a.status == 0 || (!a.ok() && (a.message().is_empty() || a.code().is_empty())) {
+            self.violations.push(
+                ViolationKind::OperatorCall,
+                format!(
+                    "{path} on node-{node} answered {} without a clear error body: {}",
+                    a.status, a.body
+                ),
+            );
+        }
+    }
+
     /// Two operator calls at the same moment: each must answer clearly, and
     /// two switch starts that both succeed must be the same switch.
     async fn race(&mut self, first: &Op, second: &Op) -> String {
@@ -376,6 +440,7 @@ impl Run {
 
     async fn op(&mut self, op: &Op) -> String {
         match *op {
+            Op::Migrate { node } => self.migrate(node).await,
             Op::Freeze {
                 node,
                 millis,
@@ -638,8 +703,10 @@ impl Run {
                 let ml = running.metadata_session();
                 let paused = !ml.is_available();
                 // A node that never opened a managed ledger has no session
-                // to follow (and nothing to pause).
-                if !paused && !running.topics().list().is_empty() {
+                // to follow (and nothing to pause); a node a migration moved
+                // to the other tree does not use the store the fault hit.
+                let reached = self.stack.slots[node].faults_reach_node();
+                if !paused && reached && !running.topics().list().is_empty() {
                     self.violations.push(
                         ViolationKind::SessionPause,
                         format!(

@@ -56,6 +56,8 @@ pub struct Totals {
     pub sessions: SessionCounts,
     /// Metadata calls buggify failed.
     pub buggified: u64,
+    /// Metadata-store migrations completed.
+    pub moves: u64,
     /// Histories that failed, with their seeds.
     pub failed: Vec<u64>,
     /// Violations found.
@@ -73,6 +75,7 @@ impl Totals {
         self.operator_calls += o.figures.operator_calls;
         self.published += o.figures.published;
         self.buggified += o.figures.buggified;
+        self.moves += o.figures.moves;
         self.sessions.losses += o.figures.sessions.losses;
         self.sessions.deferred_trims += o.figures.sessions.deferred_trims;
         self.sessions.deferred_rollovers += o.figures.sessions.deferred_rollovers;

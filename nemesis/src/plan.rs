@@ -209,6 +209,14 @@ pub enum Op {
         /// Whether its session expires while it is frozen.
         expire: bool,
     },
+    /// `POST /admin/v2/metadata/migration` on the node: moves every node's
+    /// metadata to the other in-memory tree (`memory://a` ⇄ `memory://b`),
+    /// wiping the target's leftovers of an earlier move by naming its root
+    /// (histories with [`Settings::migrations`] only).
+    Migrate {
+        /// The node called.
+        node: usize,
+    },
     /// The next `count` writes of `kind` by the node are answered
     /// `Unavailable` at once and land `delay_ms` later.
     LateWrites {
@@ -314,6 +322,7 @@ impl fmt::Display for Op {
             Op::Wait { millis } => write!(f, "wait {millis} ms"),
             Op::MoveClock { days } => write!(f, "move the clock {days} days forward"),
             Op::MoveClockHours { hours } => write!(f, "move the clock {hours} hours forward"),
+            Op::Migrate { node } => write!(f, "node{node}: migrate the metadata store"),
             Op::Freeze {
                 node,
                 millis,
@@ -387,6 +396,10 @@ pub struct Settings {
     pub dual_read_timeout: Duration,
     /// How often the nodes look for automatic cleanup (virtual time).
     pub auto_cleanup_interval: Duration,
+    /// Whether the nodes take part in metadata migrations (their stores are
+    /// `MigratingStore`s over `memory://a`), and the history moves the
+    /// metadata between two trees under everything else ([`Op::Migrate`]).
+    pub migrations: bool,
     /// Each node's wall clock ahead (or behind, negative) of the others, in
     /// milliseconds (empty: no skew).
     pub skew_ms: Vec<i64>,
@@ -433,6 +446,7 @@ impl Plan {
             dual_read_timeout: if rng.bool() { Duration::ZERO } else { 15 * day },
             auto_cleanup_interval: Duration::from_secs(rng.u64(1..10)),
             skew_ms: Vec::new(),
+            migrations: false,
             buggify_per_mille: 0,
         };
         let mut ops = Vec::with_capacity(len);
@@ -494,6 +508,21 @@ impl Plan {
             };
             let at = extra.usize(0..=ops.len());
             ops.insert(at, op);
+        }
+        // And from a third: a quarter of the histories move the metadata
+        // store once or twice under everything else.
+        let mut mig = fastrand::Rng::with_seed(seed ^ 0x6d69_6772_6174_6500);
+        if mig.u8(0..4) == 0 {
+            settings.migrations = true;
+            for _ in 0..mig.usize(1..=2) {
+                let at = mig.usize(0..=ops.len());
+                ops.insert(
+                    at,
+                    Op::Migrate {
+                        node: mig.usize(0..nodes),
+                    },
+                );
+            }
         }
         // A third of the histories end by moving the clock past the rollback
         // window and the dual-read timeout, so that the automatic cleanup

@@ -382,6 +382,7 @@ pub fn directed_plan(d: &Directed) -> Plan {
             dual_read_timeout: 15 * day,
             auto_cleanup_interval: Duration::from_secs(5),
             skew_ms: Vec::new(),
+            migrations: false,
             buggify_per_mille: 0,
         },
         ops: (d.ops)(),

@@ -13,9 +13,12 @@ use axum::http::{Method, Request};
 use axum::Router;
 use bkswitch_admin::testkit::{node_config, ADMIN};
 use bkswitch_admin::wire::BASE_PATH;
-use bkswitch_admin::{rest_router, Node, NodeConfig};
+use bkswitch_admin::{rest_router, MigrationHandle, Node, NodeConfig};
 use bkswitch_bk_client::{MemoryCluster, MemoryClusters};
 use bkswitch_managed_ledger::Clock;
+use bkswitch_metadata_migration::{
+    CoordinatorOptions, MigratingStore, NamedMemoryStores, ParticipantOptions,
+};
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_switch_orchestrator::OrchestratorConfig;
 use http_body_util::BodyExt;
@@ -67,13 +70,36 @@ pub struct Slot {
     router: Option<Router>,
     /// Bumped on every start: traffic drops handles of an older generation.
     pub generation: u64,
+    /// The tree its store's session is on (faults of the store reach the
+    /// node only until its participant first moves to another store).
+    pub tree: String,
+}
+
+impl Slot {
+    /// Whether the store's faults (connection loss, buggify, …) reach the
+    /// running node: not after a migration moved it to another tree, where
+    /// it opened a session of its own.
+    pub fn faults_reach_node(&self) -> bool {
+        self.node
+            .as_ref()
+            .and_then(|n| n.migration().map(|h| h.participant().swaps()))
+            .is_none_or(|swaps| swaps == 0)
+    }
 }
 
 /// The embedded stack.
 #[derive(Debug)]
 pub struct Stack {
-    /// The shared metadata tree (this handle is the checker's own session).
+    /// The metadata tree in use (this handle is the checker's own session):
+    /// `memory://a`, or `memory://b` after a migration moved it
+    /// ([`sync_root`](Self::sync_root)).
     pub root: MemoryStore,
+    /// The in-memory trees a migration moves the metadata between.
+    pub trees: NamedMemoryStores,
+    /// The name of the tree in use (`a` or `b`).
+    pub tree: String,
+    /// How many times the nodes were seen moved to the other tree.
+    pub moves: u64,
     /// The bookie clusters.
     pub clusters: MemoryClusters,
     /// The nodes.
@@ -196,10 +222,14 @@ impl Stack {
         for name in CLUSTERS {
             clusters.get_or_create(name);
         }
-        let root = MemoryStore::new();
+        let trees = NamedMemoryStores::new();
+        let root = trees.session("a");
         let mut stack = Stack {
             root,
+            trees,
+            tree: "a".to_owned(),
             clusters,
+            moves: 0,
             slots: Vec::new(),
             settings,
             duplicates: Vec::new(),
@@ -219,6 +249,7 @@ impl Stack {
                 node: None,
                 router: None,
                 generation: 0,
+                tree: "a".to_owned(),
             });
             if let Err(e) = stack.start_node(i).await {
                 panic!("node-{i} of a fresh stack did not start: {e}");
@@ -232,6 +263,59 @@ impl Stack {
             }
         }
         stack
+    }
+
+    /// `cfg` with the node's store below a migration participant on the tree
+    /// in use, and the node taking part in migrations.
+    async fn with_migration(
+        &self,
+        cfg: NodeConfig,
+        store: &NodeStore,
+    ) -> Result<NodeConfig, String> {
+        let id = cfg.node_id.clone();
+        let participant = MigratingStore::wrap(
+            store.store(),
+            &format!("memory://{}", self.tree),
+            Arc::new(self.trees.clone()),
+            ParticipantOptions {
+                // A name per incarnation (the default, random); the node id
+                // ties the incarnations of one node together.
+                node: Some(id),
+                poll_interval: Duration::from_millis(100),
+                ..ParticipantOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| format!("the migration participant did not start: {e}"))?;
+        let mut handle = MigrationHandle::new(participant.clone());
+        handle.poll_interval = Duration::from_millis(100);
+        handle.coordinator = CoordinatorOptions {
+            ack_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(20),
+            ..CoordinatorOptions::default()
+        };
+        let mut cfg = cfg;
+        cfg.store = Arc::new(participant);
+        Ok(cfg.with_migration(handle))
+    }
+
+    /// Follows a migration: the tree in use is the one the running nodes'
+    /// participants use (the checker's session and new nodes' sessions are
+    /// opened there).
+    pub fn sync_root(&mut self) {
+        let in_use = self
+            .slots
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .filter_map(|n| n.migration().map(|h| h.participant().url()))
+            .find_map(|url| url.strip_prefix("memory://").map(str::to_owned));
+        if let Some(tree) = in_use {
+            if tree != self.tree {
+                self.root = self.trees.session(&tree);
+                self.tree = tree;
+                self.moves += 1;
+            }
+        }
     }
 
     /// Turns buggify on for slot `i`'s store, from a stream of its own.
@@ -292,13 +376,18 @@ impl Stack {
         if self.slots[i].node.is_some() {
             return Ok(());
         }
+        self.sync_root();
         let store = NodeStore::new(&self.root);
-        let cfg = self.config(&self.slots[i].id, &store);
+        let mut cfg = self.config(&self.slots[i].id, &store);
+        if self.settings.migrations {
+            cfg = self.with_migration(cfg, &store).await?;
+        }
         let started = tokio::time::timeout(Duration::from_secs(120), Node::start(cfg)).await;
         self.buggified
             .fetch_add(self.slots[i].store.gate.buggified(), Ordering::SeqCst);
         let slot = &mut self.slots[i];
         slot.store = store;
+        slot.tree = self.tree.clone();
         match started {
             Ok(Ok(node)) => {
                 slot.router = Some(rest_router(&node));
@@ -398,6 +487,19 @@ impl Stack {
         Some(call_router(router, method, path, body).await)
     }
 
+    /// Calls `method path` (a full path, outside the bookie-clusters base
+    /// path) on node `i`; `None` when the node does not run.
+    pub async fn call_at(
+        &self,
+        i: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Option<Answer> {
+        let router = self.slots.get(i)?.router.clone()?;
+        Some(call_router_at(router, method, path, body).await)
+    }
+
     /// Heals every fault: connections back, injected write failures gone,
     /// clusters reachable and fast.
     pub fn heal(&self) {
@@ -441,9 +543,19 @@ pub async fn call_router(
     path: &str,
     body: Option<Value>,
 ) -> Answer {
+    call_router_at(router, method, &format!("{BASE_PATH}{path}"), body).await
+}
+
+/// [`call_router`] with a full path.
+pub async fn call_router_at(
+    router: Router,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Answer {
     let req = Request::builder()
         .method(method)
-        .uri(format!("{BASE_PATH}{path}"))
+        .uri(path)
         .header("authorization", format!("Bearer {ADMIN}"))
         .header("content-type", "application/json");
     let req = match body {

@@ -50,6 +50,8 @@ fn random_embedded_histories_have_no_violation() {
     assert!(totals.published > 0 && totals.faults > 0, "{totals:?}");
     // Buggify failed metadata calls in a third of the histories (item 3).
     assert!(totals.buggified > 100, "{totals:?}");
+    // The metadata store moved under everything else (item 4).
+    assert!(totals.moves > 20, "{totals:?}");
     // Session faults are injected, and the pause shows (issue #20, item 6).
     assert!(
         totals.sessions.losses > 0 && totals.sessions.deferred_rollovers > 0,
