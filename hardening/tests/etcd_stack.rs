@@ -201,7 +201,7 @@ async fn elected_node_loses_its_lease_while_it_coordinates_an_origin_less_switch
         .get("new")
         .expect("new")
         .set_latency_all(Duration::from_millis(30));
-    let orch = stack.members[1].node.orchestrator();
+    let orch = bkswitch_admin::testkit::unchecked_orchestrator(&stack.members[1].node);
     let started = orch.start_switch("new", None).await.expect("switch");
     let leader = &stack.members[0].node;
     wait_for("the leader's duty", Duration::from_secs(10), || {

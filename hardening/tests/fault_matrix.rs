@@ -71,8 +71,11 @@ impl Stack {
         }
     }
 
-    fn orch(&self) -> &Orchestrator {
-        self.coordinator.orchestrator()
+    /// The coordinator's orchestrator itself: these scenarios drive its
+    /// steps one by one under failpoints (the test kit's way around the
+    /// node's verbs).
+    fn orch(&self) -> Orchestrator {
+        bkswitch_admin::testkit::unchecked_orchestrator(&self.coordinator)
     }
 
     /// The coordinator crashed: stop it and start a new node (new session)
@@ -97,7 +100,7 @@ macro_rules! step {
         loop {
             attempts += 1;
             let result = {
-                let $orch = $stack.orch().clone();
+                let $orch = $stack.orch();
                 $body.await
             };
             match result {
