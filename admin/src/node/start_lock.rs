@@ -12,7 +12,7 @@ use super::{Node, NodeError};
 
 /// The node that every start of a bookie-cluster switch, a canary or a
 /// metadata migration holds for the moment of its checks and its first
-/// write (see [`Node::exclusive_start`]): ephemeral, so that a node that dies
+/// write (every start verb of [`Node`] takes it): ephemeral, so that a node that dies
 /// while starting something releases it with its session.
 pub const START_LOCK_PATH: &str = "/admin/bkswitch-start";
 
