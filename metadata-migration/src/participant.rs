@@ -574,10 +574,20 @@ impl MigratingStore {
 impl MigratingStore {
     /// Passes the write gate: `None` for control paths (never gated), the
     /// in-flight guard otherwise (held until the write is tracked).
-    async fn enter_gate(
+    ///
+    /// An `ephemeral` write (creating an ephemeral node, or deleting one this
+    /// participant created) passes the pause: ephemeral nodes are never
+    /// copied — each participant recreates its own in the target at the flip
+    /// — and refusing them in the pause deadlocks a cluster restarted during
+    /// it: a node's start registers it with an ephemeral node, the election
+    /// that picks the coordinator is made of them, and only a coordinator
+    /// ends the pause (found by the nemesis: every node stopped in a pause,
+    /// none could start again).
+    async fn enter_gate_as(
         &self,
         op: Operation,
         path: &str,
+        ephemeral: bool,
     ) -> Result<Option<tokio::sync::RwLockReadGuard<'_, ()>>> {
         self.check_open(op, path)?;
         if is_control_path(path) {
@@ -586,7 +596,7 @@ impl MigratingStore {
         let guard = self.inner.gate.read().await;
         let generation = self.current().session_generation();
         let st = self.inner.state.lock();
-        if let Some(reason) = st.paused.clone() {
+        if let Some(reason) = st.paused.clone().filter(|_| !ephemeral) {
             return Err(paused_error(op, path, &reason));
         }
         if st.registered_gen != generation {
@@ -598,6 +608,16 @@ impl MigratingStore {
         }
         drop(st);
         Ok(Some(guard))
+    }
+
+    /// [`enter_gate_as`](Self::enter_gate_as) for a write of a persistent
+    /// node.
+    async fn enter_gate(
+        &self,
+        op: Operation,
+        path: &str,
+    ) -> Result<Option<tokio::sync::RwLockReadGuard<'_, ()>>> {
+        self.enter_gate_as(op, path, false).await
     }
 
     /// Runs a read on the store in use. A read that began on the source just
@@ -653,7 +673,9 @@ impl MetadataStore for MigratingStore {
     }
 
     async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        let _in_flight = self.enter_gate(Operation::Create, path).await?;
+        let _in_flight = self
+            .enter_gate_as(Operation::Create, path, mode.ephemeral)
+            .await?;
         let r = self.current().create(path, value, mode).await;
         match &r {
             Ok((actual, _)) => {
@@ -672,7 +694,10 @@ impl MetadataStore for MigratingStore {
     }
 
     async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        let _in_flight = self.enter_gate(Operation::Delete, path).await?;
+        let own_ephemeral = self.inner.state.lock().ephemerals.contains_key(path);
+        let _in_flight = self
+            .enter_gate_as(Operation::Delete, path, own_ephemeral)
+            .await?;
         let r = self.current().delete(path, expected).await;
         self.track(path);
         if r.is_ok() {

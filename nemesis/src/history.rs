@@ -722,7 +722,12 @@ impl Run {
                 gate.set_down(false);
                 let _ = session.announce_connection(true);
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                if paused && !ml.is_available() {
+                // A migration's pause holds the session as lost too (no
+                // trim, no rollover while writes are refused).
+                let migrating = running
+                    .migration()
+                    .is_some_and(|h| h.participant().is_paused());
+                if paused && !ml.is_available() && !migrating {
                     self.violations.push(
                         ViolationKind::SessionPause,
                         format!(

@@ -24,6 +24,44 @@ pub struct RegressionSeed {
 /// They replay deterministically and pass once the defect is fixed.
 pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
     RegressionSeed {
+        seed: 100_385,
+        defect: "N19 (issue #36)",
+        failure: "every node stopped while a metadata migration was in its pause: none could \
+                  start again (its start writes its registration and the bootstrap marker, \
+                  refused in the pause; only a coordinator, elected with ephemeral nodes, ends \
+                  the pause) — Stuck",
+    },
+    RegressionSeed {
+        seed: 101_679,
+        defect: "N19 (issue #36)",
+        failure: "the same, the move back to `memory://a`",
+    },
+    RegressionSeed {
+        seed: 104_485,
+        defect: "N17 (issue #36)",
+        failure: "a canary's override answered 503 landed late and routed a prefix to `third` \
+                  below the ids already used: its topics never roll over (TopicUnloadable)",
+    },
+    RegressionSeed {
+        seed: 107_518,
+        defect: "N17 (issue #36)",
+        failure: "an unregister answered 503 landed while a switch to that cluster ran: the \
+                  switch stays in PROMOTE for good (Stuck)",
+    },
+    RegressionSeed {
+        seed: 108_511,
+        defect: "N17 (issue #36)",
+        failure: "an unregister answered 503 landed later: data ledgers stamped with a cluster \
+                  that is no longer registered (Registry)",
+    },
+    RegressionSeed {
+        seed: 109_758,
+        defect: "N18 (issue #36)",
+        failure: "a node frozen past its session came back unregistered (its registration was \
+                  refused once and never tried again): a second node with its id started \
+                  (DuplicateNode)",
+    },
+    RegressionSeed {
         seed: 49,
         defect: "N16 (issue #36)",
         failure: "a schema-locator or cursor write answered `Unavailable` landed after its \

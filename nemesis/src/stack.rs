@@ -80,10 +80,11 @@ impl Slot {
     /// running node: not after a migration moved it to another tree, where
     /// it opened a session of its own.
     pub fn faults_reach_node(&self) -> bool {
+        let tree = format!("memory://{}", self.tree);
         self.node
             .as_ref()
-            .and_then(|n| n.migration().map(|h| h.participant().swaps()))
-            .is_none_or(|swaps| swaps == 0)
+            .and_then(|n| n.migration().map(|h| h.participant().clone()))
+            .is_none_or(|p| p.swaps() == 0 && p.url() == tree)
     }
 }
 
@@ -438,8 +439,12 @@ impl Stack {
     ///
     /// The start error (what a fixed node must answer), as text.
     pub async fn start_duplicate(&mut self, i: usize) -> Result<(), String> {
+        self.sync_root();
         let store = NodeStore::new(&self.root);
-        let cfg = self.config(&self.slots[i].id, &store);
+        let mut cfg = self.config(&self.slots[i].id, &store);
+        if self.settings.migrations {
+            cfg = self.with_migration(cfg, &store).await?;
+        }
         match tokio::time::timeout(Duration::from_secs(60), Node::start(cfg)).await {
             Ok(Ok(node)) => {
                 self.duplicates.push(node);

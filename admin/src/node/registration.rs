@@ -214,11 +214,17 @@ pub(crate) async fn keep(
     // before is caught by this first check.
     let mut check = true;
     loop {
+        // A registration that failed for now (the store unavailable, or
+        // refusing writes until the session's participant registered again)
+        // is tried again shortly, not only at the next event (found by the
+        // nemesis: a node frozen past its session came back unregistered, and
+        // a second node took its id).
         if check {
-            ensure(store.as_ref(), &root, &reg).await;
+            check = !ensure(store.as_ref(), &root, &reg).await;
         }
         tokio::select! {
             _ = stop.changed() => return,
+            () = tokio::time::sleep(Duration::from_millis(500)), if check => {}
             event = events.next() => match event {
                 None => return, // the store is closed
                 Some(Notification::Deleted { .. })
@@ -229,22 +235,31 @@ pub(crate) async fn keep(
     }
 }
 
-/// Registers `reg` again unless the registration is already its own.
-async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) {
+/// Registers `reg` again unless the registration is already its own;
+/// `false` when it must be tried again (the store failed for now).
+async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) -> bool {
     let current = store.get(&path(root, &reg.node_id)).await;
     if let Ok(Some(r)) = &current {
         if serde_json::from_slice::<Registration>(&r.value)
             .is_ok_and(|h| h.instance == reg.instance)
         {
-            return;
+            return true;
         }
     }
     match register(store, root, reg).await {
-        Ok(()) => tracing::info!(node = %reg.node_id, "node id registered again"),
-        Err(e @ NodeError::DuplicateNodeId { .. }) => {
-            tracing::error!(error = %e, "another node took this node's id while its session was lost")
+        Ok(()) => {
+            tracing::info!(node = %reg.node_id, "node id registered again");
+            true
         }
-        Err(e) => tracing::warn!(node = %reg.node_id, error = %e, "registering the node id again"),
+        Err(e @ NodeError::DuplicateNodeId { .. }) => {
+            tracing::error!(error = %e, "another node took this node's id while its session was lost");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(node = %reg.node_id, error = %e,
+                "registering the node id again; retrying shortly");
+            false
+        }
     }
 }
 

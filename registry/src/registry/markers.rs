@@ -14,6 +14,12 @@ impl Registry {
     /// [`RegistryError::Metadata`].
     pub async fn ensure_bootstrap(&self, name: &str) -> Result<BootstrapMarker> {
         validate_name(name)?;
+        // Recorded already (every start after the first): nothing to write,
+        // so a start goes through while writes are refused (a metadata
+        // migration's pause).
+        if let Some(marker) = self.bootstrap().await? {
+            return Ok(marker);
+        }
         let path = self.path("bootstrap");
         let marker = BootstrapMarker {
             bootstrap_cluster_name: name.to_owned(),

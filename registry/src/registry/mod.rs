@@ -199,7 +199,34 @@ impl Registry {
             reason: format!("cannot encode: {e}"),
         })?;
         crate::failpoints::write_fault(path)?;
-        Ok(self.store.put_version(path, &bytes, expected).await?)
+        match self.store.put_version(path, &bytes, expected).await {
+            Ok(v) => Ok(v),
+            Err(e) if e.is_conflict() => Err(e.into()),
+            Err(e) => {
+                // The answer was lost: the write may have been applied, or
+                // may still land later (queued on the server). Applied: done.
+                // Not yet: fence it (write the stored value back at the
+                // version it expects) so that it never lands after the
+                // caller was told it failed (found by the nemesis: an
+                // override answered 503 landed later and routed a prefix to
+                // a cluster no precheck had cleared).
+                if let ExpectedVersion::Exactly(v) = expected {
+                    match self.store.get(path).await {
+                        Ok(Some(r)) if r.stat.version == v + 1 && r.value == bytes => {
+                            return Ok(r.stat.version);
+                        }
+                        Ok(Some(r)) if r.stat.version == v => {
+                            let _ = self
+                                .store
+                                .put_version(path, &r.value, ExpectedVersion::Exactly(v))
+                                .await;
+                        }
+                        _ => {}
+                    }
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// Every registered cluster, sorted by name.

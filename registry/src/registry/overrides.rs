@@ -179,6 +179,17 @@ impl Registry {
             });
         }
         let path = self.overrides_path();
+        // The overrides node exists before the first override is written,
+        // so that every override write is a compare-and-set on a version,
+        // which a lost write can be fenced on (see `write`).
+        if self.prefix_overrides().await?.1.is_none() {
+            let empty = PrefixOverrides::new();
+            match self.write(&path, &empty, ExpectedVersion::NotExists).await {
+                Ok(_) => {}
+                Err(RegistryError::Metadata(e)) if e.is_conflict() => {}
+                Err(e) => return Err(e),
+            }
+        }
         for _ in 0..MAX_CAS_ATTEMPTS {
             let (mut map, version) = self.prefix_overrides().await?;
             let epoch = map.values().map(|o| o.epoch).max().unwrap_or(0).max(after) + 1;

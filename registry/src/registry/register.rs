@@ -345,7 +345,29 @@ impl Registry {
                     return Ok(());
                 }
                 Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // The answer was lost: the delete may be applied, or may
+                    // still land later. Gone: done. Still there at the same
+                    // version: fence it (write the record back) so that it
+                    // never lands after the caller was told it failed (found
+                    // by the nemesis: an unregister answered 503 landed while
+                    // a switch to that cluster ran, and the switch was stuck
+                    // for good).
+                    match self.store.get(&path).await {
+                        Ok(None) => {
+                            self.remove_index_of(&rec).await?;
+                            return Ok(());
+                        }
+                        Ok(Some(r)) if r.stat.version == version => {
+                            let _ = self
+                                .store
+                                .put_version(&path, &r.value, ExpectedVersion::Exactly(version))
+                                .await;
+                        }
+                        _ => {}
+                    }
+                    return Err(e.into());
+                }
             }
         }
         Err(RegistryError::Conflict {
