@@ -24,6 +24,18 @@ pub struct RegressionSeed {
 /// They replay deterministically and pass once the defect is fixed.
 pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
     RegressionSeed {
+        seed: 206_302,
+        defect: "N21 (issue #36)",
+        failure: "a canary of `t/ns1/persistent/a` on `third` accepted inside the canary of \
+                  `t/ns1/persistent/` on `new`, `third`'s ids past `old`'s only: the topic's \
+                  next ledger would go below its last one (TopicUnloadable)",
+    },
+    RegressionSeed {
+        seed: 209_961,
+        defect: "N21 (issue #36)",
+        failure: "the same nested canary",
+    },
+    RegressionSeed {
         seed: 100_385,
         defect: "N19 (issue #36)",
         failure: "every node stopped while a metadata migration was in its pause: none could \

@@ -345,13 +345,28 @@ impl Orchestrator {
                 name: target.to_owned(),
             });
         }
-        match self.precheck_from(&source, target).await? {
-            Ok(p) if p.ready => {}
-            Ok(p) if !self.inner.config.skip_idgen_precheck => {
-                return Err(OrchestratorError::PrecheckFailed(Box::new(p)))
+        // The ids the prefix's ledgers use come from the active cluster and,
+        // when an enclosing canary moved the prefix's new ledgers elsewhere,
+        // from that cluster too: the target's generator must be past both,
+        // or the prefix's next ledger on the target would go below its last
+        // one (found by the nemesis: a nested canary accepted on a cluster
+        // whose ids were past the active cluster's only; its topics could no
+        // longer roll over).
+        let mut sources = vec![source.clone()];
+        if let Some(enclosing) = enclosing_cluster(&overrides, prefix) {
+            if enclosing != source && enclosing != target {
+                sources.push(enclosing);
             }
-            Err(e) if !self.inner.config.skip_idgen_precheck => return Err(e.into()),
-            _ => {}
+        }
+        for from in &sources {
+            match self.precheck_from(from, target).await? {
+                Ok(p) if p.ready => {}
+                Ok(p) if !self.inner.config.skip_idgen_precheck => {
+                    return Err(OrchestratorError::PrecheckFailed(Box::new(p)))
+                }
+                Err(e) if !self.inner.config.skip_idgen_precheck => return Err(e.into()),
+                _ => {}
+            }
         }
         self.inner
             .clients
@@ -633,4 +648,17 @@ fn starting(d: &SwitchDirective) -> OrchestratorError {
         target: d.target.clone(),
         phase: None,
     }
+}
+
+/// The cluster of the longest override that encloses `prefix` (not
+/// `prefix`'s own): where the prefix's new ledgers go before its canary.
+fn enclosing_cluster(
+    overrides: &bkswitch_registry::PrefixOverrides,
+    prefix: &str,
+) -> Option<String> {
+    overrides
+        .iter()
+        .filter(|(p, _)| p.as_str() != prefix && prefix.starts_with(p.as_str()))
+        .max_by_key(|(p, _)| p.len())
+        .map(|(_, o)| o.cluster.clone())
 }
