@@ -31,11 +31,6 @@ pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
                   next ledger would go below its last one (TopicUnloadable)",
     },
     RegressionSeed {
-        seed: 209_961,
-        defect: "N21 (issue #36)",
-        failure: "the same nested canary",
-    },
-    RegressionSeed {
         seed: 100_385,
         defect: "N19 (issue #36)",
         failure: "every node stopped while a metadata migration was in its pause: none could \
