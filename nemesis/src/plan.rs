@@ -644,20 +644,43 @@ mod tests {
     fn the_same_seed_gives_the_same_plan() {
         assert_eq!(Plan::generate(7), Plan::generate(7));
         assert_ne!(Plan::generate(7).ops, Plan::generate(8).ops);
-        // DEFAULT_OPS operations, then maybe the clock moved and a wait.
+        // DEFAULT_OPS operations of the seed's base stream, then maybe the
+        // clock moved and a wait; the operations of the other streams
+        // (racing and cancelled calls, zombies, late writes, mid-history
+        // clock moves, migrations) inserted among them.
+        let inserted = |op: &Op| {
+            matches!(
+                op,
+                Op::Racing { .. }
+                    | Op::Cancelled { .. }
+                    | Op::MoveClockHours { .. }
+                    | Op::Freeze { .. }
+                    | Op::LateWrites { .. }
+                    | Op::Migrate { .. }
+            )
+        };
+        let mut with_inserted = 0;
         for seed in 0..200 {
             let plan = Plan::generate(seed);
-            match plan.ops.len() - DEFAULT_OPS {
+            let base: Vec<&Op> = plan.ops.iter().filter(|op| !inserted(op)).collect();
+            with_inserted += usize::from(base.len() < plan.ops.len());
+            match base.len() - DEFAULT_OPS {
                 0 => {}
                 2 => assert!(matches!(
-                    plan.ops[DEFAULT_OPS..],
+                    base[DEFAULT_OPS..],
                     [Op::MoveClock { .. }, Op::Wait { .. }]
                 )),
                 n => panic!("seed {seed}: {n} operations after the first {DEFAULT_OPS}"),
             }
         }
+        assert!(with_inserted > 100, "{with_inserted} of 200");
         let moved = (0..300)
-            .filter(|&seed| Plan::generate(seed).ops.len() > DEFAULT_OPS)
+            .filter(|&seed| {
+                Plan::generate(seed)
+                    .ops
+                    .iter()
+                    .any(|op| matches!(op, Op::MoveClock { .. }))
+            })
             .count();
         assert!((50..150).contains(&moved), "{moved} of 300 move the clock");
     }
