@@ -194,6 +194,20 @@ struct CopyingHandle(Arc<dyn ReadHandle>);
 
 #[async_trait]
 impl BookKeeper for CopyingSource {
+    async fn advance_ledger_ids_beyond(
+        &self,
+        _above: bkswitch_bk_client::LedgerId,
+    ) -> bkswitch_bk_client::Result<()> {
+        Err(bkswitch_bk_client::BkError::new(
+            bkswitch_bk_client::BkErrorKind::IllegalOp,
+            "this test client has no ledger id generator to advance",
+        ))
+    }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        None
+    }
+
     fn cluster_name(&self) -> &str {
         self.0.cluster_name()
     }
@@ -279,6 +293,20 @@ struct SinkHandle(LedgerId, Mutex<(EntryId, u64)>, LedgerMetadata);
 
 #[async_trait]
 impl BookKeeper for Sink {
+    async fn advance_ledger_ids_beyond(
+        &self,
+        _above: bkswitch_bk_client::LedgerId,
+    ) -> bkswitch_bk_client::Result<()> {
+        Err(bkswitch_bk_client::BkError::new(
+            bkswitch_bk_client::BkErrorKind::IllegalOp,
+            "this test client has no ledger id generator to advance",
+        ))
+    }
+
+    fn writable_bookies(&self) -> Option<usize> {
+        None
+    }
+
     fn cluster_name(&self) -> &str {
         "sink"
     }

@@ -7,9 +7,17 @@
 //! 100 entries × 1 KiB, ensemble 3 / write quorum 2 / ack quorum 2, CRC32C,
 //! closed — and `copy_ledger_preserving_ids` (what BUILD runs, default window
 //! 64) copies them onto the destination, N copies in flight (N = 1, 4, 16, 64), each
-//! copy a task, as the orchestrator runs them, and beside each round the Java
-//! copier of the harness (`copy_from`) copies another fresh set the same way.
-//! Each round copies a fresh set of
+//! copy a task, as the orchestrator runs them, and beside each round the
+//! pipelined Java copier of the harness (`copy_pipelined`: asynchronous, reads of
+//! a quarter of the window, several in flight, entries handed to `writeAsync`
+//! as they arrive, the Java client and its JVM tuned as `JAVA_COPIER_CONF`
+//! and `JAVA_COPIER_JVM` say) copies
+//! another fresh set the same way (and, with `COPY_REAL_SERIAL=1`, the copy
+//! loop as it was before reads were pipelined, `copy_real/serial.rs`, a
+//! third). Rounds repeat
+//! (`COPY_REAL_ROUNDS`, default 6), alternating whether Rust or Java goes
+//! first, and the medians are reported with the bookies' and the copiers' CPU
+//! per copied entry. Each round copies a fresh set of
 //! source ledgers that the destination has never held, so every round copies
 //! them all; afterwards every copy is compared with its source
 //! (`verify_dst_matches_src`: same ledger id, configuration, last entry id,
@@ -44,27 +52,37 @@
 //! compilers still used during each measurement.
 //!
 //! Run with: `cargo bench -p bkswitch-bench --bench copy_real`
-//! (about three minutes; `COPY_REAL_QUICK=1` for a smaller run of 200
-//! ledgers a round). Other knobs: `COPY_REAL_LEDGERS` (ledgers per round,
-//! default 1,000), `COPY_REAL_LARGE_LEDGERS` (1,000-entry ledgers, default
-//! 100), `COPY_REAL_CONCURRENCY` (default `1,4,16`), `COPY_REAL_WINDOW` (the
-//! copy window, default 64), `COPY_REAL_RAW_ENTRIES` (entries per raw
+//! (about six minutes on a quiet machine; `COPY_REAL_QUICK=1` for a smaller run of 100
+//! ledgers a round, 2 rounds). Other knobs: `COPY_REAL_LEDGERS` (ledgers per round and
+//! copier, default 200), `COPY_REAL_LARGE_LEDGERS` (1,000-entry ledgers, default
+//! 100), `COPY_REAL_CONCURRENCY` (default `1,4,16,64`), `COPY_REAL_WINDOW` (the
+//! copy window, default 64), `COPY_REAL_ROUNDS` (default 6: each side goes first as often),
+//! `COPY_REAL_SERIAL=1` (also run the earlier loop), `COPY_REAL_JAVA_CONF`
+//! (the Java copier's client settings, `key=value,…`), `COPY_REAL_JAVA_JVM`
+//! (its JVM arguments, space-separated), `COPY_REAL_JAVA_READ_BATCH` (its
+//! entries per read, default 16), `COPY_REAL_RAW_ENTRIES` (entries per raw
 //! measurement, default 50,000), `COPY_REAL_WARMUP` (Java warm-up adds on the
 //! destination, default 100,000).
 //!
 //! The bookies keep their journals and entry logs in folders under `TMPDIR`:
-//! the default run stores about 5 GiB there (every entry twice, in a journal and
+//! the default run stores about 11 GiB there (every entry twice, in a journal and
 //! an entry log, on both clusters) and refuses to start without the room. On a
 //! small disk point `TMPDIR` at a tmpfs.
 
 #[path = "copy_real/cpu.rs"]
 mod cpu;
+#[path = "copy_real/duel.rs"]
+mod duel;
 #[path = "copy_real/memory.rs"]
 mod memory;
 #[path = "copy_real/raw.rs"]
 mod raw;
 #[path = "copy_real/report.rs"]
 mod report;
+#[path = "copy_real/serial.rs"]
+mod serial;
+#[path = "copy_real/settings.rs"]
+mod settings;
 #[path = "copy_real/timed.rs"]
 mod timed;
 
@@ -86,6 +104,7 @@ use cpu::{CpuUse, Group};
 use memory::{load_average, MemFigures, MemProbe, MIB};
 use raw::{Raw, RawJava, RAW_INFLIGHT};
 use report::report;
+use settings::{check_space, Settings};
 use timed::{PhaseClock, Phases, Timed};
 
 // ----- settings -----
@@ -96,56 +115,10 @@ const LARGE_ENTRIES: usize = 1000;
 /// Copies in flight for the warm-up, the verification and the large-ledger run
 /// (the orchestrator's default `migration_concurrency`).
 const BUILD_CONCURRENCY: usize = 16;
+/// The system property that marks the Java copier's JVM (for its CPU group).
+const COPIER_MARKER: &str = "-Dbkswitch.bench.role=copier";
 /// How many times the warm-up runs its sequence (Java adds, copies, reads).
 const WARMUP_ITERATIONS: usize = 2;
-
-struct Settings {
-    quick: bool,
-    ledgers: usize,
-    large_ledgers: usize,
-    concurrency: Vec<usize>,
-    raw_entries: u32,
-    warmup_adds: u32,
-    warmup_ledgers: usize,
-    control_ledgers: usize,
-    window: usize,
-}
-
-fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-impl Settings {
-    fn from_env() -> Settings {
-        let quick = std::env::var("COPY_REAL_QUICK").is_ok_and(|v| v != "0");
-        let concurrency = std::env::var("COPY_REAL_CONCURRENCY")
-            .ok()
-            .map(|v| {
-                v.split(',')
-                    .filter_map(|c| c.trim().parse().ok())
-                    .filter(|&c| c > 0)
-                    .collect::<Vec<usize>>()
-            })
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| vec![1, 4, 16, 64]);
-        Settings {
-            quick,
-            ledgers: env("COPY_REAL_LEDGERS").unwrap_or(if quick { 200 } else { 1000 }),
-            large_ledgers: env("COPY_REAL_LARGE_LEDGERS").unwrap_or(if quick { 20 } else { 100 }),
-            concurrency,
-            raw_entries: env("COPY_REAL_RAW_ENTRIES").unwrap_or(if quick {
-                10_000
-            } else {
-                50_000
-            }),
-            warmup_adds: env("COPY_REAL_WARMUP").unwrap_or(if quick { 40_000 } else { 100_000 }),
-            warmup_ledgers: if quick { 200 } else { 500 },
-            control_ledgers: 2 * BUILD_CONCURRENCY,
-            window: env("COPY_REAL_WINDOW").unwrap_or(CopyOptions::default().window),
-        }
-    }
-}
-
 // ----- the source ledgers -----
 
 /// 256 bytes of pattern followed by one entry's worth: entry payloads are
@@ -207,6 +180,7 @@ async fn write_source(
 // ----- one copy round -----
 
 /// What one round measured.
+#[derive(Clone)]
 struct Round {
     ledgers: usize,
     bytes: u64,
@@ -245,6 +219,9 @@ enum Method {
     /// The control for the memory figures: read the whole ledger in one call,
     /// then add every entry (holds a whole ledger per copy).
     WholeLedger,
+    /// The copy loop before reads were pipelined (`serial.rs`), for the
+    /// same-run comparison.
+    SerialReads,
 }
 
 /// The control: the whole ledger in memory at once.
@@ -307,6 +284,9 @@ async fn copy_round(
                         .await
                         .map_err(|e| e.to_string()),
                     Method::WholeLedger => whole_ledger_copy(id, &*src, &*dst)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Method::SerialReads => serial::serial_copy(id, &*src, &*dst, options.window)
                         .await
                         .map_err(|e| e.to_string()),
                 }
@@ -392,53 +372,16 @@ async fn read_pass(src: &Arc<dyn BookKeeper>, ids: &[LedgerId]) {
 
 // ----- main -----
 
-/// KiB available in the folder the bookies' folders go to (`TMPDIR`), from
-/// `df`; `None` when `df` cannot tell.
-fn available_kib(dir: &std::path::Path) -> Option<u64> {
-    let out = std::process::Command::new("df")
-        .arg("-Pk")
-        .arg(dir)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()
-}
-
-/// Refuses to start when the bookies' folders cannot hold the run: a bookie
-/// whose disk fills up turns read-only and the run fails midway.
-fn check_space(s: &Settings) {
-    // Every entry is stored twice (write quorum 2), in a journal and in an
-    // entry log: 4 KiB per 1 KiB entry, on the source and on the destination.
-    // Each concurrency copies a set with the Rust copy and one with the Java copier.
-    let copied = (s.warmup_ledgers + 2 * s.concurrency.len() * s.ledgers) * SMALL_ENTRIES
-        + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
-    // The raw adds on the destination (Java's and the Rust client's) and the
-    // source ledger of the raw reads.
-    let raw = s.warmup_adds as usize + (2 * (RAW_INFLIGHT.len() + 1) + 1) * s.raw_entries as usize;
-    let need_kib = ((2 * copied + raw) * 4 * ENTRY_SIZE / 1024) as u64 + 1024 * 1024;
-    let dir = std::env::temp_dir();
-    if let Some(available) = available_kib(&dir) {
-        assert!(
-            available >= need_kib,
-            "the bookies' folders go to {} (TMPDIR), which has {:.1} GiB free; this run needs \
-             about {:.1} GiB. Point TMPDIR at a larger folder or a tmpfs, or set \
-             COPY_REAL_QUICK=1.",
-            dir.display(),
-            available as f64 / (1024.0 * 1024.0),
-            need_kib as f64 / (1024.0 * 1024.0)
-        );
-    }
-}
-
 /// Everything the report prints.
 struct Figures {
     load_before: f64,
     idle: CpuUse,
     raw: Vec<Raw>,
     rounds: Vec<(usize, Round)>,
-    /// The Java copier's rounds beside the Rust ones: (copies in flight, its
-    /// MiB/s, the load average after it).
-    java_rounds: Vec<(usize, f64, f64)>,
+    /// Both copiers, round after round, at each concurrency.
+    duel: Vec<duel::Point>,
+    /// The Java copier's client settings, as printed.
+    java_conf: String,
     large: Round,
     control: Round,
     took: Duration,
@@ -464,6 +407,12 @@ fn groups(source: &BkCluster, destination: &BkCluster) -> Vec<Group> {
         Group {
             label: "ZooKeeper",
             markers: vec!["org.apache.zookeeper.server".to_owned()],
+        },
+        // The pipelined copier's session is the one started with the
+        // system property `COPIER_MARKER`.
+        Group {
+            label: "Java copier",
+            markers: vec![format!("\0{COPIER_MARKER}\0")],
         },
         // A Java client's command line holds its cluster's URI as one argument
         // (arguments end with a NUL).
@@ -517,6 +466,16 @@ fn main() {
     // The source ledger of the raw reads, written first so that, like the
     // copied ledgers, it has left the bookies' write cache when it is read.
     let read_ledger = RawJava::add_with(&java_source, s.raw_entries, 256);
+    // The pipelined copier's own session, with its client and JVM settings.
+    let copier = s.java_conf.iter().fold(
+        JavaClient::builder(&destination.metadata_service_uri()).jvm_arg(COPIER_MARKER),
+        |b, (k, v)| b.conf(k.as_str(), v.as_str()),
+    );
+    let copier = s
+        .java_jvm
+        .iter()
+        .fold(copier, |b, arg| b.jvm_arg(arg.as_str()))
+        .start();
     let java = RawJava {
         destination: java_client(destination.metadata_service_uri()),
         source: java_source,
@@ -555,20 +514,36 @@ fn main() {
     // The source ledgers: one fresh set per round, so that every round copies
     // ledgers the destination has never held.
     let write_started = Instant::now();
-    let (warm_ids, sets, java_sets, large_ids, control_ids) = rt.block_on(async {
+    let (warm_ids, java_warm_ids, sets, java_sets, large_ids, control_ids) = rt.block_on(async {
         let write = |set: String, count, entries| write_source(src_bk.clone(), set, count, entries);
         let warm = write("warmup".into(), s.warmup_ledgers, SMALL_ENTRIES).await;
+        let java_warm = write("jwarmup".into(), s.warmup_ledgers, SMALL_ENTRIES).await;
         let mut sets = Vec::new();
         let mut java_sets = Vec::new();
-        for c in &s.concurrency {
-            sets.push(write(format!("c{c}"), s.ledgers, SMALL_ENTRIES).await);
-            java_sets.push(write(format!("j{c}"), s.ledgers, SMALL_ENTRIES).await);
+        let mut serial_sets = Vec::new();
+        for r in 0..s.rounds {
+            for c in &s.concurrency {
+                sets.push(write(format!("r{r}c{c}"), s.ledgers, SMALL_ENTRIES).await);
+                java_sets.push(write(format!("r{r}j{c}"), s.ledgers, SMALL_ENTRIES).await);
+                if s.serial {
+                    serial_sets.push(write(format!("r{r}s{c}"), s.ledgers, SMALL_ENTRIES).await);
+                }
+            }
         }
         let large = write("large".into(), s.large_ledgers, LARGE_ENTRIES).await;
         let control = write("control".into(), s.control_ledgers, LARGE_ENTRIES).await;
-        (warm, sets, java_sets, large, control)
+        (
+            warm,
+            java_warm,
+            (sets, serial_sets),
+            java_sets,
+            large,
+            control,
+        )
     });
-    let written = (s.warmup_ledgers + 2 * sets.len() * s.ledgers) * SMALL_ENTRIES
+    let (sets, serial_sets) = sets;
+    let written = (2 * s.warmup_ledgers + (2 * sets.len() + serial_sets.len()) * s.ledgers)
+        * SMALL_ENTRIES
         + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
     let write_seconds = write_started.elapsed().as_secs_f64();
     eprintln!(
@@ -581,7 +556,8 @@ fn main() {
     // compile some again once the other workload has changed their profiles):
     // the destination bookies' add path (Java adds), copies (the destination's
     // createAdv and close, the source's reads), reads of the copied ledgers.
-    for half in warm_ids.chunks(warm_ids.len().div_ceil(WARMUP_ITERATIONS)) {
+    let halves = warm_ids.len().div_ceil(WARMUP_ITERATIONS).max(1);
+    for (half, java_half) in warm_ids.chunks(halves).zip(java_warm_ids.chunks(halves)) {
         for inflight in RAW_INFLIGHT {
             java.add(
                 s.warmup_adds / (WARMUP_ITERATIONS * RAW_INFLIGHT.len()) as u32,
@@ -591,6 +567,19 @@ fn main() {
         java.read();
         let warm = round(half, SMALL_ENTRIES, BUILD_CONCURRENCY, Method::Streaming);
         eprintln!("warm-up copy: {:.1} MiB/s", warm.mib_per_sec());
+        let java_warm = copier
+            .copy_pipelined(
+                &source.metadata_service_uri(),
+                java_half,
+                BUILD_CONCURRENCY as u32,
+                s.window as u32,
+                s.java_read_batch,
+            )
+            .unwrap();
+        eprintln!(
+            "warm-up Java copy: {:.1} MiB/s (epoll: {})",
+            java_warm.mib_per_sec, java_warm.epoll
+        );
         rt.block_on(read_pass(&bench.src, half));
     }
     let idle_before = cpu::snapshot(&bench.groups);
@@ -598,34 +587,103 @@ fn main() {
     let idle = cpu::used(&bench.groups, &idle_before, &cpu::snapshot(&bench.groups));
 
     let mut raw = java.series(&rt, &*dst_bk, &bench.groups, s.raw_entries, "before");
-    let mut rounds = Vec::new();
-    let mut java_rounds = Vec::new();
     let source_uri = source.metadata_service_uri();
-    // The Java copier (bk-harness `copy_from`: open without recovery, batched
-    // reads, createLedgerAdv under the same id, adds with explicit ids, the
-    // same window), on its own fresh set, alternating which goes first.
-    let java_round = |ids: &[LedgerId], c: usize| {
-        let r = java
-            .destination
-            .copy_from(&source_uri, ids, c as u32, s.window as u32)
-            .unwrap();
+    // The pipelined Java copier (bk-harness `copy_pipelined`), on its own
+    // fresh set, alternating which goes first; its copies verified like the
+    // Rust ones (untimed).
+    let java_round = |ids: &[LedgerId], c: usize, first: bool| {
+        let (r, cpu) = duel::measured(&bench.groups, || {
+            copier
+                .copy_pipelined(
+                    &source_uri,
+                    ids,
+                    c as u32,
+                    s.window as u32,
+                    s.java_read_batch,
+                )
+                .unwrap()
+        });
         assert_eq!(r.ledgers as usize, ids.len());
+        assert_eq!(r.entries as usize, ids.len() * SMALL_ENTRIES);
         rt.block_on(verify_all(&bench.src, &bench.dst, ids));
-        let mib = r.bytes as f64 / MIB / r.seconds;
-        eprintln!("Java copier at {c}: {mib:.1} MiB/s");
-        (c, mib, load_average())
+        eprintln!("Java copier at {c}: {:.1} MiB/s", r.mib_per_sec);
+        duel::side(
+            r.bytes,
+            r.seconds,
+            &cpu,
+            &bench.groups,
+            duel::java_client_seconds(&cpu, &bench.groups),
+            first,
+        )
     };
-    for (i, ((&c, ids), java_ids)) in s.concurrency.iter().zip(&sets).zip(&java_sets).enumerate() {
-        if i % 2 == 1 {
-            java_rounds.push(java_round(java_ids, c));
-        }
-        let r = round(ids, SMALL_ENTRIES, c, Method::Streaming);
-        eprintln!("copy at {c}: {:.1} MiB/s", r.mib_per_sec());
-        rounds.push((c, r));
-        if i % 2 == 0 {
-            java_rounds.push(java_round(java_ids, c));
+    let mut all_rounds: Vec<(usize, Round)> = Vec::new();
+    let mut points: Vec<duel::Point> = s
+        .concurrency
+        .iter()
+        .map(|&c| duel::Point {
+            concurrency: c,
+            ..duel::Point::default()
+        })
+        .collect();
+    let mut sets = sets.iter().zip(&java_sets);
+    let mut serial_sets = serial_sets.iter();
+    for r in 0..s.rounds {
+        for (i, &c) in s.concurrency.iter().enumerate() {
+            let (ids, java_ids) = sets.next().unwrap();
+            let java_first = (r + i) % 2 == 1;
+            let serial_ids = serial_sets.next();
+            let serial_round = |points: &mut Vec<duel::Point>| {
+                if let Some(serial_ids) = serial_ids {
+                    let old = round(serial_ids, SMALL_ENTRIES, c, Method::SerialReads);
+                    eprintln!("serial-read copy at {c}: {:.1} MiB/s", old.mib_per_sec());
+                    points[i].serial.push(duel::side(
+                        old.bytes,
+                        old.seconds,
+                        &old.cpu,
+                        &bench.groups,
+                        old.cpu.own_seconds,
+                        false,
+                    ));
+                }
+            };
+            // Java, the earlier loop, Rust; or Rust, the earlier loop, Java.
+            if java_first {
+                points[i].java.push(java_round(java_ids, c, true));
+                serial_round(&mut points);
+            }
+            let rust = round(ids, SMALL_ENTRIES, c, Method::Streaming);
+            eprintln!("copy at {c}: {:.1} MiB/s", rust.mib_per_sec());
+            points[i].rust.push(duel::side(
+                rust.bytes,
+                rust.seconds,
+                &rust.cpu,
+                &bench.groups,
+                rust.cpu.own_seconds,
+                !java_first,
+            ));
+            all_rounds.push((c, rust));
+            if !java_first {
+                serial_round(&mut points);
+                points[i].java.push(java_round(java_ids, c, false));
+            }
         }
     }
+    // The other tables take, at each concurrency, the Rust round of median
+    // throughput.
+    let rounds: Vec<(usize, Round)> = s
+        .concurrency
+        .iter()
+        .filter_map(|&c| {
+            let mut of_c: Vec<(usize, Round)> = all_rounds
+                .iter()
+                .filter(|(rc, _)| *rc == c)
+                .map(|(rc, r)| (*rc, r.clone()))
+                .collect();
+            of_c.sort_by(|a, b| a.1.mib_per_sec().total_cmp(&b.1.mib_per_sec()));
+            let mid = of_c.len() / 2;
+            of_c.into_iter().nth(mid)
+        })
+        .collect();
     let large = round(
         &large_ids,
         LARGE_ENTRIES,
@@ -650,7 +708,16 @@ fn main() {
         idle,
         raw,
         rounds,
-        java_rounds,
+        duel: points,
+        java_conf: format!(
+            "{}; JVM: `{}`",
+            s.java_conf
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            s.java_jvm.join(" ")
+        ),
         large,
         control,
         took: run_started.elapsed(),

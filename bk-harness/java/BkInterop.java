@@ -42,11 +42,24 @@
  *            -> {entries, seconds, entriesPerSec, mibPerSec}   (single entries at random ids)
  *   copyFrom {sourceUri, ledgerIds: [long], copies, window, digest?, password?}
  *            -> {ledgers, entries, bytes, seconds, mibPerSec}
- *            (the Java way of the id-preserving copy: from the cluster at sourceUri into the
- *            session's cluster, `copies` ledgers at a time; each opened without recovery,
- *            read in batches of `window` entries, created with createLedgerAdv under the
- *            same id, quorums and custom metadata, its entries added with their ids with
- *            at most `window` adds in flight, then closed)
+ *            (the simple Java copier, one blocking thread per copy: from the cluster at
+ *            sourceUri into the session's cluster, `copies` ledgers at a time; each opened
+ *            without recovery, read in blocking batches of `window` entries (one read in
+ *            flight), created with createLedgerAdv under the same id, quorums and custom
+ *            metadata, its entries copied to byte arrays and added with their ids with at
+ *            most `window` adds in flight, then closed)
+ *   copyPipelined {sourceUri, ledgerIds: [long], copies, window, readBatch?, digest?, password?}
+ *            -> {ledgers, entries, bytes, seconds, mibPerSec, epoll}
+ *            (the strongest Java copier: fully asynchronous on the client's own threads, no
+ *            thread per copy; `copies` ledgers at a time; each opened without recovery (a
+ *            closed ledger's last entry id comes from its metadata: no LAC read), created
+ *            with the new API's makeAdv under the same id, quorums and custom metadata;
+ *            reads of `readBatch` entries (default window / 4) are issued whenever the
+ *            ledger's window has room for one, several in flight, and each entry's buffer
+ *            is handed to writeAsync as it is (no copy) as soon as its read completes, so
+ *            reads and adds overlap with at most `window` entries in flight per ledger
+ *            (read requested and not yet acknowledged); then closed. `epoll` says whether
+ *            Netty's native epoll transport is available to the client)
  *   ping     {} -> {}
  *   quit     {} -> {} and the process exits
  * Digests: "CRC32", "CRC32C" (default), "MAC", "DUMMY". Passwords default to empty.
@@ -282,7 +295,15 @@ public final class BkInterop {
             case "benchRandomRead":
                 return benchRandomRead(cmd);
             case "copyFrom":
-                return copyFrom(cmd);
+                return SimpleCopier.run(bk, sourceClient(text(cmd, "sourceUri")), cmd);
+            case "copyPipelined":
+                try {
+                    return PipelinedCopier.run(bk, sourceClient(text(cmd, "sourceUri")), cmd, batchReadEnabled());
+                } catch (Exception | Error e) {
+                    throw e;
+                } catch (Throwable t) {
+                    throw new RuntimeException(t);
+                }
             default:
                 throw new HelperException("unknown command " + name);
         }
@@ -539,19 +560,22 @@ public final class BkInterop {
         return r;
     }
 
-    private ObjectNode copyFrom(JsonNode cmd) throws Exception {
-        String sourceUri = cmd.path("sourceUri").asText("");
+    /** Whether the session's --conf settings turn BookKeeper's batched reads on. */
+    private static boolean batchReadEnabled() {
+        boolean on = false;
+        for (String[] kv : EXTRA_CONF) {
+            if (kv[0].equals("batchReadEnabled")) {
+                on = Boolean.parseBoolean(kv[1]);
+            }
+        }
+        return on;
+    }
+
+    /** The client of the cluster at `sourceUri` (the session's settings), made once. */
+    private BookKeeper sourceClient(String sourceUri) throws Exception {
         if (sourceUri.isEmpty()) {
-            throw new HelperException("copyFrom needs sourceUri");
+            throw new HelperException("a copy needs sourceUri");
         }
-        JsonNode ids = cmd.get("ledgerIds");
-        if (ids == null || !ids.isArray()) {
-            throw new HelperException("copyFrom needs ledgerIds, an array of ledger ids");
-        }
-        int copies = Math.max(1, integer(cmd, "copies", 1));
-        int window = Math.max(1, integer(cmd, "window", 64));
-        BookKeeper.DigestType digest = digest(cmd);
-        byte[] password = bytes(cmd, "password");
         BookKeeper src = sources.get(sourceUri);
         if (src == null) {
             ClientConfiguration conf = new ClientConfiguration();
@@ -563,79 +587,7 @@ public final class BkInterop {
             src = new BookKeeper(conf);
             sources.put(sourceUri, src);
         }
-        java.util.concurrent.ConcurrentLinkedQueue<Long> queue = new java.util.concurrent.ConcurrentLinkedQueue<>();
-        for (JsonNode id : ids) {
-            queue.add(id.asLong());
-        }
-        int ledgers = queue.size();
-        AtomicLong entries = new AtomicLong();
-        AtomicLong bytes = new AtomicLong();
-        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(copies);
-        List<java.util.concurrent.Future<?>> workers = new ArrayList<>();
-        final BookKeeper source = src;
-        long start = System.nanoTime();
-        for (int w = 0; w < copies; w++) {
-            workers.add(pool.submit(() -> {
-                Long id;
-                while ((id = queue.poll()) != null) {
-                    copyOne(source, id, digest, password, window, entries, bytes);
-                }
-                return null;
-            }));
-        }
-        try {
-            for (java.util.concurrent.Future<?> f : workers) {
-                try {
-                    f.get();
-                } catch (ExecutionException e) {
-                    throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
-                }
-            }
-        } finally {
-            pool.shutdownNow();
-        }
-        double seconds = Math.max(System.nanoTime() - start, 1) / 1e9;
-        ObjectNode r = ok();
-        r.put("ledgers", ledgers);
-        r.put("entries", entries.get());
-        r.put("bytes", bytes.get());
-        r.put("seconds", seconds);
-        r.put("mibPerSec", bytes.get() / (1024.0 * 1024.0) / seconds);
-        return r;
-    }
-
-    private void copyOne(BookKeeper source, long id, BookKeeper.DigestType digest, byte[] password,
-            int window, AtomicLong entries, AtomicLong bytes) throws Exception {
-        LedgerHandle in = source.openLedgerNoRecovery(id, digest, password);
-        LedgerMetadata md = in.getLedgerMetadata();
-        LedgerHandle out = bk.createLedgerAdv(id, md.getEnsembleSize(), md.getWriteQuorumSize(),
-                md.getAckQuorumSize(), digest, password, md.getCustomMetadata());
-        long lac = in.getLastAddConfirmed();
-        Semaphore inFlight = new Semaphore(window);
-        AtomicInteger failure = new AtomicInteger(BKException.Code.OK);
-        for (long first = 0; first <= lac && failure.get() == BKException.Code.OK; first += window) {
-            long last = Math.min(lac, first + window - 1);
-            Enumeration<LedgerEntry> batch = in.readEntries(first, last);
-            while (batch.hasMoreElements()) {
-                LedgerEntry e = batch.nextElement();
-                byte[] data = e.getEntry();
-                inFlight.acquire();
-                out.asyncAddEntry(e.getEntryId(), data, (rc, h, entryId, ctx) -> {
-                    if (rc != BKException.Code.OK) {
-                        failure.compareAndSet(BKException.Code.OK, rc);
-                    }
-                    inFlight.release();
-                }, null);
-                entries.incrementAndGet();
-                bytes.addAndGet(data.length);
-            }
-        }
-        inFlight.acquire(window);
-        in.close();
-        if (failure.get() != BKException.Code.OK) {
-            throw BKException.create(failure.get());
-        }
-        out.close();
+        return src;
     }
 
     private ObjectNode benchRead(JsonNode cmd) throws Exception {
@@ -720,7 +672,7 @@ public final class BkInterop {
         return lh;
     }
 
-    private static ObjectNode ok() {
+    static ObjectNode ok() {
         ObjectNode r = JSON.createObjectNode();
         r.put("ok", true);
         return r;
@@ -759,7 +711,7 @@ public final class BkInterop {
         return v.asLong();
     }
 
-    private static int integer(JsonNode cmd, String field, int fallback) throws HelperException {
+    static int integer(JsonNode cmd, String field, int fallback) throws HelperException {
         JsonNode v = cmd.get(field);
         if (v == null || v.isNull()) {
             return fallback;
@@ -770,7 +722,7 @@ public final class BkInterop {
         return v.asInt();
     }
 
-    private static byte[] bytes(JsonNode cmd, String field) throws HelperException {
+    static byte[] bytes(JsonNode cmd, String field) throws HelperException {
         JsonNode v = cmd.get(field);
         if (v == null || v.isNull()) {
             return new byte[0];
@@ -782,7 +734,7 @@ public final class BkInterop {
         }
     }
 
-    private static BookKeeper.DigestType digest(JsonNode cmd) throws HelperException {
+    static BookKeeper.DigestType digest(JsonNode cmd) throws HelperException {
         String name = cmd.path("digest").asText("CRC32C");
         try {
             return BookKeeper.DigestType.valueOf(name);

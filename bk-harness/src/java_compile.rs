@@ -26,6 +26,15 @@ pub(crate) struct JavaSource {
     pub(crate) text: &'static str,
     /// The cache folder prefix (`interop`, …).
     pub(crate) prefix: &'static str,
+    /// Other source files compiled with it: (file name, text).
+    pub(crate) extra: &'static [(&'static str, &'static str)],
+}
+
+impl JavaSource {
+    /// Every file of the helper: the main one first.
+    fn files(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        std::iter::once((self.file, self.text)).chain(self.extra.iter().copied())
+    }
 }
 
 /// The classes folder of `source`, compiled on first use (once per process,
@@ -42,13 +51,53 @@ pub(crate) fn compiled(
         .map_err(StartError::new)
 }
 
+/// Compiles a one-file Java helper (`file`, such as `Traffic.java`, whose
+/// source is `text`) with [`javac_binary`](crate::javac_binary) against
+/// `classpath` (a Java classpath string, such as `<lib>/*`), into
+/// `<cache_parent>/<prefix>-<hash of the source>/classes`, and returns that
+/// folder (to put on the `java` classpath). A helper already compiled there is
+/// reused; the folder is renamed into place once complete, so concurrent test
+/// binaries never see half of it. When `cache_parent` is not writable, it
+/// compiles under the temporary folder instead. Callers that compile more than
+/// once per process keep the result themselves (the check is a file lookup).
+///
+/// # Errors
+///
+/// When `javac` cannot run or fails (the error carries its output).
+pub fn compile_java_helper(
+    file: &'static str,
+    text: &'static str,
+    prefix: &'static str,
+    classpath: &str,
+    cache_parent: &Path,
+) -> Result<PathBuf, StartError> {
+    let source = JavaSource {
+        file,
+        text,
+        prefix,
+        extra: &[],
+    };
+    compile(&crate::javac_binary(), &source, classpath, cache_parent).map_err(StartError::new)
+}
+
 fn compile(
     javac: &str,
     source: &JavaSource,
     classpath: &str,
     cache_parent: &Path,
 ) -> Result<PathBuf, String> {
-    let name = format!("{}-{}", source.prefix, content_key(source.text.as_bytes()));
+    let all: Vec<u8> = source
+        .files()
+        .flat_map(|(file, text)| [file.as_bytes(), b"\0", text.as_bytes(), b"\0"])
+        .flatten()
+        .copied()
+        .collect();
+    let key = if source.extra.is_empty() {
+        content_key(source.text.as_bytes())
+    } else {
+        content_key(&all)
+    };
+    let name = format!("{}-{key}", source.prefix);
     let preferred = cache_parent.join(&name);
     let fallback = std::env::temp_dir().join(format!("bkswitch-{name}"));
     let mut errors = Vec::new();
@@ -82,14 +131,18 @@ fn compile_into(
         .prefix(".helper-partial-")
         .tempdir_in(parent)
         .map_err(|e| format!("cannot create a folder in {}: {e}", parent.display()))?;
-    let file = staging.path().join(source.file);
-    fs::write(&file, source.text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let mut files = Vec::new();
+    for (name, text) in source.files() {
+        let file = staging.path().join(name);
+        fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        files.push(file);
+    }
     let output = Command::new(javac)
         .args(["-nowarn", "-encoding", "UTF-8", "-d"])
         .arg(staging.path().join("classes"))
         .arg("-cp")
         .arg(classpath)
-        .arg(&file)
+        .args(&files)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot run {javac}: {e}"))?;

@@ -8,6 +8,7 @@ mod java_compile;
 mod logs;
 mod pulsar;
 mod pulsar_metadata;
+pub mod pulsar_wire;
 mod zk;
 
 pub use cluster::{
@@ -23,6 +24,7 @@ pub use interop::{
     DigestType, Entry, JavaClient, JavaClientBuilder, JavaCopyResult, JavaError,
     JavaLedgerMetadata, OpenedLedger, Segment, CALL_TIMEOUT, SESSION_START_TIMEOUT,
 };
+pub use java_compile::compile_java_helper;
 pub use pulsar::{
     encoded, judged, pulsar_lib_dir, Judged, PulsarJudge, PulsarKind, PULSAR_VERSION,
 };

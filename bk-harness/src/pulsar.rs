@@ -126,6 +126,7 @@ impl PulsarJudge {
                 file: "PulsarFormats.java",
                 text: SOURCE,
                 prefix: "pulsar-formats",
+                extra: &[],
             },
             &cp,
             pulsar.parent().unwrap_or(Path::new(".")),

@@ -232,6 +232,7 @@ impl PulsarMetadataStore {
                 file: "PulsarMetadata.java",
                 text: SOURCE,
                 prefix: "pulsar-metadata-judge",
+                extra: &[],
             },
             &classpath(&lib),
             lib.parent().unwrap_or(Path::new(".")),

@@ -617,6 +617,17 @@ fn no_jvm_outlives_the_test_process() {
 /// target fails the copy with the Java client's "ledger exists".
 #[test]
 fn java_copier_keeps_ids_metadata_and_entries() {
+    java_copier_case(false);
+}
+
+/// The same for the pipelined Java copier (`copyPipelined`), with reads of 7
+/// entries so that several reads are in flight within a window of 16.
+#[test]
+fn pipelined_java_copier_keeps_ids_metadata_and_entries() {
+    java_copier_case(true);
+}
+
+fn java_copier_case(pipelined: bool) {
     if !bk_available() {
         return;
     }
@@ -641,9 +652,14 @@ fn java_copier_keeps_ids_metadata_and_entries() {
     .start_timeout(Duration::from_secs(240))
     .start();
     let java_target = target.java_client();
-    let copied = java_target
-        .copy_from(&shared().metadata_service_uri(), &ids, 2, 16)
-        .expect("copy");
+    let copy = |ids: &[i64], copies| {
+        if pipelined {
+            java_target.copy_pipelined(&shared().metadata_service_uri(), ids, copies, 16, 7)
+        } else {
+            java_target.copy_from(&shared().metadata_service_uri(), ids, copies, 16)
+        }
+    };
+    let copied = copy(&ids, 2).expect("copy");
     assert_eq!((copied.ledgers, copied.entries), (3, 171));
     assert_eq!(copied.bytes, 171 * 100);
     for &id in &ids {
@@ -671,9 +687,7 @@ fn java_copier_keeps_ids_metadata_and_entries() {
             source.read(id, 0, last).expect("read the source")
         );
     }
-    let err = java_target
-        .copy_from(&shared().metadata_service_uri(), &ids[..1], 1, 16)
-        .unwrap_err();
+    let err = copy(&ids[..1], 1).unwrap_err();
     assert_eq!(err.code, codes::LEDGER_EXIST, "{err}");
     java_target.quit();
 }

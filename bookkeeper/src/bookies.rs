@@ -23,7 +23,7 @@ use prost::Message;
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
-use crate::meta::zk_error;
+use crate::errors::zk_error;
 use crate::proto::BookieServiceInfoFormat;
 
 /// The bookies of a cluster as last seen in ZooKeeper.

@@ -16,15 +16,16 @@ use tracing::info;
 
 use crate::bookies::{BookieSet, Bookies};
 use crate::config::ClientConfig;
+use crate::errors::zk_error;
+pub use crate::errors::MAX_ENSEMBLE_SIZE;
 use crate::inner::ClientInner;
-pub use crate::inner::MAX_ENSEMBLE_SIZE;
 use crate::ledger::read::{length_at_lac, read_lac, LedgerReader};
 use crate::ledger::recovery::recover;
 use crate::ledger::write::LedgerWriter;
 use crate::ledger::LedgerCtx;
 use crate::meta::format::LedgerRecord;
 use crate::meta::layout::LedgerManagerKind;
-use crate::meta::{zk_error, ClusterMeta};
+use crate::meta::ClusterMeta;
 use crate::uri::MetadataServiceUri;
 
 /// A client of one Apache BookKeeper cluster (4.16/4.17), implementing the
@@ -364,6 +365,16 @@ impl BookKeeperClient {
 
 #[async_trait]
 impl BookKeeper for BookKeeperClient {
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<(), BkError> {
+        self.inner.check_open()?;
+        self.inner
+            .meta
+            .advance_beyond(above)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.with_cluster(&self.inner.name))
+    }
+
     fn cluster_name(&self) -> &str {
         &self.inner.name
     }

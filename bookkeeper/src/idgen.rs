@@ -8,9 +8,10 @@ use bkswitch_bk_client::{BkError, BkErrorKind, ClusterUri, IdgenSource, LedgerId
 use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 
 use crate::config::ClientConfig;
+use crate::errors::zk_error;
 use crate::meta::idgen::read_next_id;
 use crate::meta::layout::LedgerManagerKind;
-use crate::meta::{zk_error, ClusterMeta};
+use crate::meta::ClusterMeta;
 use crate::uri::{LayoutChoice, MetadataServiceUri};
 
 pub use crate::meta::idgen::IdgenAdvance;

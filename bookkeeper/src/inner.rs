@@ -13,13 +13,10 @@ use tokio::runtime::Handle;
 
 use crate::bookies::Bookies;
 use crate::config::ClientConfig;
-use crate::meta::{zk_error, ClusterMeta};
+use crate::errors::zk_error;
+use crate::meta::ClusterMeta;
 use crate::uri::MetadataServiceUri;
 use crate::wire::conn::{BookieConn, ConnSettings, Resolver, WireStats};
-
-/// The largest ensemble this client handles (acknowledgements are tracked in a
-/// 64-bit mask).
-pub const MAX_ENSEMBLE_SIZE: u32 = 64;
 
 /// What every handle of a client shares.
 pub(crate) struct ClientInner {

@@ -5,6 +5,7 @@ mod bookies;
 mod client;
 mod config;
 pub mod digest;
+mod errors;
 mod idgen;
 mod inner;
 mod ledger;

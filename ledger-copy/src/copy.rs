@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Instant;
 
 use bkswitch_bk_client::{
@@ -9,9 +10,11 @@ use bkswitch_bk_client::{
     WriteHandle, NO_ENTRY,
 };
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use tracing::Instrument;
 
-use crate::batch::{check_args, read_batch};
+use crate::batch::check_args;
+use crate::reads::SourceReads;
 use crate::verify::{snapshot_lac, snapshot_length, verify_against};
 use crate::{CopyError, CopyOptions, CopyOutcome, CopyProgress, CopyReport, Verification};
 
@@ -34,11 +37,14 @@ pub fn migration_ledger_id_conflict_total() -> u64 {
 ///    writer adds later are not copied.
 /// 2. `create_ledger_adv(ledger_id, LedgerConfig::from_metadata(source))` on `dst`,
 ///    then `options.on_created`, if set (a refusal deletes the new ledger and
-///    fails the copy with [`CopyError::NotRecorded`]).
-/// 3. Stream: read the source in batches and write each entry with
-///    `add_entry_at(same entry id)`, keeping at most `options.window` entries in
-///    flight (read and not yet handed to the destination, plus adds not yet
-///    acknowledged). Memory is bounded by `window` × the largest entry, whatever the
+///    fails the copy with [`CopyError::NotRecorded`]). The first reads of
+///    step 3 (a window's worth) are already under way meanwhile; nothing is
+///    added before the destination exists and `on_created` accepted it.
+/// 3. Stream: read the source in batches of a quarter of the window, several
+///    reads in flight, and write each entry with `add_entry_at(same entry id)`
+///    as soon as its read completes, keeping at most `options.window` entries
+///    in flight (read requested and not yet handed to the destination, plus
+///    adds not yet acknowledged). Memory is bounded by `window` × the largest entry, whatever the
 ///    ledger's size. `options.progress` is called before the first batch (nothing
 ///    copied, the snapshot's entries and bytes as totals) and after every batch.
 /// 4. Close (seal) the destination.
@@ -119,9 +125,17 @@ async fn copy_inner(
     );
 
     let config = LedgerConfig::from_metadata(&meta);
-    let dest = match dst.create_ledger_adv(ledger_id, &config).await {
+    // The first reads go out now and proceed while the destination is
+    // created: a copy's latency does not pay for both in turn.
+    let mut reads = SourceReads::new(source.as_ref(), lac, options.window);
+    reads.fill(0);
+    let dest = match reads
+        .meanwhile(dst.create_ledger_adv(ledger_id, &config))
+        .await
+    {
         Ok(h) => h,
         Err(e) if e.kind() == BkErrorKind::LedgerExists && options.verify_existing => {
+            drop(reads);
             return already_exists(
                 ledger_id,
                 src.cluster_name(),
@@ -138,21 +152,14 @@ async fn copy_inner(
         Err(e) => return Err(dst_err(e)),
     };
     if let Some(on_created) = &options.on_created {
-        if let Err(reason) = on_created(ledger_id).await {
+        if let Err(reason) = reads.meanwhile(on_created(ledger_id)).await {
+            drop(reads);
             abandon(ledger_id, dst, dest.as_ref()).await;
             return Err(CopyError::NotRecorded { ledger_id, reason });
         }
     }
 
-    match stream_entries(
-        ledger_id,
-        source.as_ref(),
-        dest.as_ref(),
-        (lac, length),
-        options,
-    )
-    .await
-    {
+    match stream_entries(ledger_id, reads, dest.as_ref(), (lac, length), options).await {
         Ok((entries, bytes)) => {
             dest.close().await.map_err(|e| {
                 // Unsealed but complete: leave it, a retry verifies it as identical.
@@ -240,19 +247,30 @@ struct InFlight {
     ack: BoxFuture<'static, bkswitch_bk_client::Result<EntryId>>,
 }
 
+/// What the stream waits for next.
+enum Event {
+    /// The oldest pending add was answered.
+    Ack(bkswitch_bk_client::Result<EntryId>),
+    /// The oldest pending read was answered.
+    Read(bkswitch_bk_client::Result<Vec<bkswitch_bk_client::LedgerEntry>>),
+}
+
 /// Copy `0..=lac` (`length` bytes), at most `options.window` entries in
-/// flight; returns the entries and bytes acknowledged.
+/// flight (read requested and not yet acknowledged by the destination);
+/// returns the entries and bytes acknowledged.
+///
+/// Reads of a quarter of the window are issued whenever the window has room
+/// for one, several at once ([`SourceReads`]); each read's entries are handed
+/// to the destination as soon as it completes (reads complete in order), so
+/// reads and adds overlap all along the ledger.
 async fn stream_entries(
     ledger_id: LedgerId,
-    source: &dyn ReadHandle,
+    mut reads: SourceReads<'_>,
     dest: &dyn WriteHandle,
     (lac, length): (EntryId, u64),
     options: &CopyOptions,
 ) -> Result<(u64, u64), Failure> {
-    let window = options.window;
-    // Refill once half the window is free, so reads overlap with pending adds.
-    let read_batch_size = window.div_ceil(2).max(1);
-    let mut pending: VecDeque<InFlight> = VecDeque::with_capacity(window);
+    let mut pending: VecDeque<InFlight> = VecDeque::with_capacity(options.window);
     let mut acked = Acked {
         ledger_id,
         entries: 0,
@@ -265,30 +283,39 @@ async fn stream_entries(
     };
     // Nothing copied yet: the totals are known.
     acked.report();
-    let mut next: EntryId = 0;
-    while next <= lac {
-        let remaining = (lac - next + 1) as u64;
-        let wanted = (read_batch_size as u64).min(remaining) as usize;
-        while window - pending.len() < wanted {
-            acked.await_oldest(&mut pending).await?;
+    loop {
+        reads.fill(pending.len());
+        if pending.is_empty() && reads.is_empty() {
+            break;
         }
-        acked.report();
-        let n = ((window - pending.len()) as u64).min(remaining) as EntryId;
-        let last = next + n - 1;
-        let entries = read_batch(source, next, last)
-            .await
-            .map_err(Failure::Read)?;
-        for entry in entries {
-            pending.push_back(InFlight {
-                entry_id: entry.entry_id,
-                bytes: entry.data.len() as u64,
-                ack: dest.add_entry_at(entry.entry_id, entry.data),
-            });
+        let event = std::future::poll_fn(|cx| {
+            if let Some(oldest) = pending.front_mut() {
+                if let Poll::Ready(r) = oldest.ack.poll_unpin(cx) {
+                    return Poll::Ready(Event::Ack(r));
+                }
+            }
+            match reads.poll_next(cx) {
+                Poll::Ready(Some(r)) => Poll::Ready(Event::Read(r)),
+                _ => Poll::Pending,
+            }
+        })
+        .await;
+        match event {
+            Event::Ack(r) => {
+                let add = pending.pop_front().expect("polled");
+                acked.acknowledged(add, r)?;
+                acked.report();
+            }
+            Event::Read(r) => {
+                for entry in r.map_err(Failure::Read)? {
+                    pending.push_back(InFlight {
+                        entry_id: entry.entry_id,
+                        bytes: entry.data.len() as u64,
+                        ack: dest.add_entry_at(entry.entry_id, entry.data),
+                    });
+                }
+            }
         }
-        next = last + 1;
-    }
-    while !pending.is_empty() {
-        acked.await_oldest(&mut pending).await?;
     }
     acked.report();
     Ok((acked.entries, acked.bytes))
@@ -306,26 +333,29 @@ struct Acked {
 }
 
 impl Acked {
-    /// Wait for the oldest pending add (completions come in entry-id order).
-    async fn await_oldest(&mut self, pending: &mut VecDeque<InFlight>) -> Result<(), Failure> {
-        if let Some(add) = pending.pop_front() {
-            let id = add.ack.await.map_err(Failure::Write)?;
-            if id != add.entry_id {
-                return Err(Failure::Write(
-                    BkError::new(
-                        BkErrorKind::Other,
-                        format!(
-                            "add_entry_at({}) was acknowledged as entry {id}",
-                            add.entry_id
-                        ),
-                    )
-                    .with_ledger(self.ledger_id),
-                ));
-            }
-            self.entries += 1;
-            self.bytes += add.bytes;
-            self.last_entry_id = id;
+    /// Counts the answer `r` to the oldest pending add `add` (completions
+    /// come in entry-id order).
+    fn acknowledged(
+        &mut self,
+        add: InFlight,
+        r: bkswitch_bk_client::Result<EntryId>,
+    ) -> Result<(), Failure> {
+        let id = r.map_err(Failure::Write)?;
+        if id != add.entry_id {
+            return Err(Failure::Write(
+                BkError::new(
+                    BkErrorKind::Other,
+                    format!(
+                        "add_entry_at({}) was acknowledged as entry {id}",
+                        add.entry_id
+                    ),
+                )
+                .with_ledger(self.ledger_id),
+            ));
         }
+        self.entries += 1;
+        self.bytes += add.bytes;
+        self.last_entry_id = id;
         Ok(())
     }
 

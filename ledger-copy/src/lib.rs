@@ -5,6 +5,7 @@ mod batch;
 mod copy;
 mod error;
 mod options;
+mod reads;
 mod verify;
 
 pub use copy::{copy_ledger_preserving_ids, migration_ledger_id_conflict_total};

@@ -30,8 +30,10 @@ pub(crate) fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Samples `VmRSS` every 2 ms on a thread of its own and keeps the highest value
-/// since the last [`MemProbe::begin`].
+/// The peak resident set since the last [`MemProbe::begin`]: the kernel's
+/// `VmHWM`, reset through `/proc/self/clear_refs`, or where that reset is not
+/// allowed, `VmRSS` sampled every 2 ms on a thread of its own (which would
+/// cost the copying process CPU in every round, so it runs only then).
 pub(crate) struct MemProbe {
     rss_peak: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -56,21 +58,25 @@ pub(crate) struct MemFigures {
 }
 
 impl MemProbe {
-    /// Starts the sampling thread (stopped when the probe is dropped).
+    /// Starts the sampling thread when `VmHWM` cannot be reset (stopped when
+    /// the probe is dropped).
     pub(crate) fn start() -> MemProbe {
         let rss_peak = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (peak, halt) = (rss_peak.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !halt.load(Ordering::Relaxed) {
-                peak.fetch_max(status_kib("VmRSS"), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(2));
-            }
+        let hwm_resets = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        let thread = (!hwm_resets).then(|| {
+            std::thread::spawn(move || {
+                while !halt.load(Ordering::Relaxed) {
+                    peak.fetch_max(status_kib("VmRSS"), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
         });
         MemProbe {
             rss_peak,
             stop,
-            thread: Some(thread),
+            thread,
         }
     }
 

@@ -188,12 +188,13 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
 
     println!();
     println!(
-        "Where a copy's time goes (mean ms per ledger; a copy awaits its reads and its \
-         acknowledgements in turn):"
+        "Where a copy's time goes (mean ms per ledger; \"reads\": time with at least one \
+         source read in flight, adds overlapping; \"acks only\": the rest of the streaming, \
+         waiting for the destination's acknowledgements alone):"
     );
     println!();
     println!(
-        "| copies in flight | entries | open | create (adv) | reads (calls) | waiting for acks | \
+        "| copies in flight | entries | open | create (adv) | reads (calls) | acks only | \
          close | sum | verify pass (s, untimed) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -288,23 +289,7 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
             100.0 * ceiling / raw_limit
         );
     }
-    println!();
-    println!(
-        "The Rust copy against the Java copier (bk-harness `copy_from`, written as a Java \
-         implementation would), same clusters, same window, alternating which goes first:"
-    );
-    println!();
-    println!("| copies in flight | Rust MiB/s | Java copier MiB/s | Rust / Java | load (1 min) after Java |");
-    println!("|---|---|---|---|---|");
-    for (c, java_mib, load) in &f.java_rounds {
-        if let Some((_, r)) = rounds.iter().find(|(rc, _)| rc == c) {
-            println!(
-                "| {c} | {:.1} | {java_mib:.1} | {:.2} | {load:.1} |",
-                r.mib_per_sec(),
-                r.mib_per_sec() / java_mib
-            );
-        }
-    }
+    super::duel::report(&f.duel, cores as f64, &f.java_conf);
     memory_report(rounds, large, &f.control, s.window);
 }
 

@@ -53,9 +53,9 @@ pub(crate) struct Phases {
     pub(crate) create: f64,
     pub(crate) read: f64,
     pub(crate) reads_per_ledger: f64,
-    /// Waiting for the destination's acknowledgements: the streaming time
-    /// (created → close called) minus the time in source reads. The copy's loop
-    /// awaits one or the other, never both.
+    /// Waiting for the destination's acknowledgements with no source read in
+    /// flight: the streaming time (created → close called) minus the time
+    /// during which at least one read was in flight (adds overlap those).
     pub(crate) acks: f64,
     pub(crate) close: f64,
 }
@@ -68,11 +68,14 @@ pub(crate) struct Timed {
     pub(crate) clock: Arc<PhaseClock>,
 }
 
-/// A source read handle whose reads are timed.
+/// A source read handle whose reads are timed: the time during which at
+/// least one of its reads is in flight (reads overlap).
 #[derive(Debug)]
 struct TimedSource {
     inner: Arc<dyn ReadHandle>,
     clock: Arc<PhaseClock>,
+    /// Reads in flight, and since when at least one has been.
+    busy: parking_lot::Mutex<(usize, Option<Instant>)>,
 }
 
 /// A destination write handle that times the streaming (from its creation
@@ -92,6 +95,13 @@ impl std::fmt::Debug for PhaseClock {
 
 #[async_trait]
 impl BookKeeper for Timed {
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> BkResult<()> {
+        self.inner.advance_ledger_ids_beyond(above).await
+    }
+    fn writable_bookies(&self) -> Option<usize> {
+        self.inner.writable_bookies()
+    }
+
     fn cluster_name(&self) -> &str {
         self.inner.cluster_name()
     }
@@ -135,6 +145,7 @@ impl BookKeeper for Timed {
         Ok(Arc::new(TimedSource {
             inner,
             clock: self.clock.clone(),
+            busy: parking_lot::Mutex::new((0, None)),
         }))
     }
     async fn delete_ledger(&self, id: LedgerId) -> BkResult<()> {
@@ -154,9 +165,23 @@ impl ReadHandle for TimedSource {
         self.inner.metadata()
     }
     async fn read_entries(&self, first: EntryId, last: EntryId) -> BkResult<Vec<LedgerEntry>> {
-        let t = Instant::now();
+        {
+            let mut busy = self.busy.lock();
+            if busy.0 == 0 {
+                busy.1 = Some(Instant::now());
+            }
+            busy.0 += 1;
+        }
         let r = self.inner.read_entries(first, last).await;
-        PhaseClock::add(&self.clock.read_ns, t);
+        {
+            let mut busy = self.busy.lock();
+            busy.0 -= 1;
+            if busy.0 == 0 {
+                if let Some(since) = busy.1.take() {
+                    PhaseClock::add(&self.clock.read_ns, since);
+                }
+            }
+        }
         self.clock.reads.fetch_add(1, Ordering::Relaxed);
         r
     }

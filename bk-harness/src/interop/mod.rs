@@ -29,6 +29,10 @@ use crate::{StartError, JAVA_17_FLAGS};
 
 /// The helper's source, compiled once per content (see [`JavaClient`]).
 const SOURCE: &str = include_str!("../../java/BkInterop.java");
+/// The pipelined copier the helper runs for `copyPipelined`.
+const COPIER_SOURCE: &str = include_str!("../../java/PipelinedCopier.java");
+/// The simple copier the helper runs for `copyFrom`.
+const SIMPLE_COPIER_SOURCE: &str = include_str!("../../java/SimpleCopier.java");
 
 /// The helper's main class.
 const MAIN_CLASS: &str = "BkInterop";
@@ -46,6 +50,7 @@ pub struct JavaClientBuilder {
     uri: String,
     v3: bool,
     conf: Vec<(String, String)>,
+    jvm_args: Vec<String>,
     max_heap_mb: u32,
     call_timeout: Duration,
     log_level: String,
@@ -63,6 +68,14 @@ impl JavaClientBuilder {
     /// `storeSystemTimeAsLedgerCreationTime`).
     pub fn conf(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.conf.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds an argument to the JVM's command line, after the harness's own
+    /// (so `-Xms…` or `-XX:…` given here win over the defaults): GC and
+    /// heap settings, `-D` system properties such as Netty's.
+    pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
+        self.jvm_args.push(arg.into());
         self
     }
 
@@ -115,6 +128,10 @@ impl JavaClientBuilder {
                 file: "BkInterop.java",
                 text: SOURCE,
                 prefix: "interop",
+                extra: &[
+                    ("PipelinedCopier.java", COPIER_SOURCE),
+                    ("SimpleCopier.java", SIMPLE_COPIER_SOURCE),
+                ],
             },
             &classpath(&installation.lib),
             installation
@@ -135,6 +152,7 @@ impl JavaClientBuilder {
             .arg("-XX:-UsePerfData")
             .args(JAVA_17_FLAGS)
             .arg(format!("-Dbkinterop.logLevel={}", self.log_level))
+            .args(&self.jvm_args)
             .arg("-cp")
             .arg(format!(
                 "{}:{}",
@@ -271,6 +289,7 @@ impl JavaClient {
             uri: metadata_service_uri.to_owned(),
             v3: false,
             conf: Vec::new(),
+            jvm_args: Vec::new(),
             max_heap_mb: 512,
             call_timeout: CALL_TIMEOUT,
             log_level: "WARN".to_owned(),
@@ -581,10 +600,11 @@ impl JavaClient {
         }))?)
     }
 
-    /// Copies ledgers the way a Java implementation of the id-preserving copy
-    /// would: from the cluster at `source_uri` into this session's cluster,
-    /// `copies` ledgers at a time; each opened without recovery, read in
-    /// batches of `window` entries, created with `createLedgerAdv` under the
+    /// Copies ledgers with the simple Java copier (one blocking thread per
+    /// copy, one read in flight per copy; see [`JavaClient::copy_pipelined`]
+    /// for the strong one): from the cluster at `source_uri` into this
+    /// session's cluster, `copies` ledgers at a time; each opened without
+    /// recovery, read in blocking batches of `window` entries, created with `createLedgerAdv` under the
     /// same id, quorums and custom metadata, its entries added with their ids
     /// with at most `window` adds in flight, then closed. CRC32C, no password.
     ///
@@ -604,6 +624,37 @@ impl JavaClient {
             "ledgerIds": ledger_ids,
             "copies": copies,
             "window": window,
+        }))?)
+    }
+
+    /// Copies ledgers with the strongest Java copier the harness has
+    /// (`java/PipelinedCopier.java`): from the cluster at `source_uri` into this
+    /// session's cluster, `copies` ledgers at a time, fully asynchronous; each
+    /// opened without recovery, created with `makeAdv` under the same id,
+    /// quorums and custom metadata, read `read_batch` entries a read with
+    /// several reads in flight and each entry handed to `writeAsync` as its
+    /// read completes, at most `window` entries in flight per ledger (read
+    /// requested, not yet acknowledged), then closed. CRC32C, no password. The
+    /// session's `conf` settings apply to both clusters' clients.
+    ///
+    /// # Errors
+    ///
+    /// The Java client's error (a source ledger missing, a target id taken…).
+    pub fn copy_pipelined(
+        &self,
+        source_uri: &str,
+        ledger_ids: &[i64],
+        copies: u32,
+        window: u32,
+        read_batch: u32,
+    ) -> Result<JavaCopyResult, JavaError> {
+        parse(self.call(json!({
+            "cmd": "copyPipelined",
+            "sourceUri": source_uri,
+            "ledgerIds": ledger_ids,
+            "copies": copies,
+            "window": window,
+            "readBatch": read_batch,
         }))?)
     }
 

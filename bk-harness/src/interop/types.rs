@@ -317,7 +317,8 @@ pub struct BenchReadResult {
     pub mib_per_sec: f64,
 }
 
-/// The result of [`JavaClient::copy_from`](super::JavaClient::copy_from).
+/// The result of [`JavaClient::copy_from`](super::JavaClient::copy_from) and
+/// [`JavaClient::copy_pipelined`](super::JavaClient::copy_pipelined).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JavaCopyResult {
@@ -331,6 +332,10 @@ pub struct JavaCopyResult {
     pub seconds: f64,
     /// Payload MiB per second.
     pub mib_per_sec: f64,
+    /// Whether Netty's native epoll transport was available to the client
+    /// (reported by `copy_pipelined` only).
+    #[serde(default)]
+    pub epoll: bool,
 }
 
 /// The payload the helper writes for the `n`-th entry of

@@ -194,12 +194,12 @@ pub fn decode(
     let ack_quorum_size = positive(msg.ack_quorum_size.unwrap_or(msg.quorum_size), "ack quorum")?;
     // The quorum arithmetic (write sets, the recovery's absence threshold
     // `WQ - AQ + 1`, the acknowledgement masks) holds only for these.
-    if ensemble_size > crate::inner::MAX_ENSEMBLE_SIZE {
+    if ensemble_size > crate::errors::MAX_ENSEMBLE_SIZE {
         return Err(corrupt(
             ledger_id,
             format!(
                 "ensemble size {ensemble_size} is over the {} bookies this client handles",
-                crate::inner::MAX_ENSEMBLE_SIZE
+                crate::errors::MAX_ENSEMBLE_SIZE
             ),
         ));
     }

@@ -3,7 +3,8 @@
 use bkswitch_bk_client::{BkError, BkErrorKind, LedgerId};
 use bkswitch_metadata_store::{ErrorKind, ExpectedVersion, MetadataStore};
 
-use super::{zk_error, ClusterMeta};
+use super::ClusterMeta;
+use crate::errors::zk_error;
 
 /// The id the generator of the cluster at `root` hands out next, read
 /// without taking one and without writing: the short generator's next

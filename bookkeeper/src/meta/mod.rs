@@ -16,22 +16,10 @@ use bkswitch_metadata_store::{
 };
 use tracing::debug;
 
+use crate::errors::zk_error;
 use crate::uri::{LayoutChoice, MetadataServiceUri};
 use format::LedgerRecord;
 use layout::LedgerManagerKind;
-
-/// Maps a metadata-store failure to BookKeeper's codes: unreachable or expired
-/// → `ZKException` (-9, retryable), closed → `ClientClosed` (-19), anything
-/// else → an unexpected condition naming the path.
-pub(crate) fn zk_error(cluster: &str, what: &str, e: MetadataError) -> BkError {
-    let message = format!("{what}: {e}");
-    let err = match e.kind() {
-        ErrorKind::Unavailable | ErrorKind::SessionExpired => BkError::from_code(-9, message),
-        ErrorKind::Closed => BkError::new(BkErrorKind::ClientClosed, message),
-        _ => BkError::new(BkErrorKind::Other, message),
-    };
-    err.with_cluster(cluster).with_source(e)
-}
 
 /// The metadata of one BookKeeper cluster.
 pub(crate) struct ClusterMeta {

@@ -114,6 +114,9 @@ impl Probed {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl BookKeeper for Probed {
+    async fn advance_ledger_ids_beyond(&self, above: bkswitch_bk_client::LedgerId) -> Result<()> {
+        self.inner.advance_ledger_ids_beyond(above).await
+    }
     fn cluster_name(&self) -> &str {
         self.inner.cluster_name()
     }
