@@ -68,8 +68,25 @@ fn check_installation() -> Result<(), StartError> {
 struct Member {
     name: String,
     client_port: u16,
+    /// Plain-HTTP `/health` and `/metrics`, also when the client port is TLS.
+    metrics_port: u16,
     peer_port: u16,
     running: Option<GuardedProcess>,
+}
+
+/// TLS of the members' client port (PEM files; peers stay plain on
+/// loopback).
+#[derive(Debug, Clone)]
+pub struct EtcdServerTls {
+    /// The server certificate (`--cert-file`); it must name `127.0.0.1`.
+    pub cert: PathBuf,
+    /// Its private key (`--key-file`).
+    pub key: PathBuf,
+    /// The CA that signs client certificates (`--trusted-ca-file`).
+    pub ca: PathBuf,
+    /// Whether clients must present a certificate signed by `ca`
+    /// (`--client-cert-auth`).
+    pub client_cert_auth: bool,
 }
 
 /// A real etcd cluster of one or more members, each on its own loopback client
@@ -78,6 +95,7 @@ struct Member {
 /// The members are killed and the folder removed when the value is dropped, and
 /// also when the test process exits without running destructors.
 pub struct EtcdCluster {
+    tls: Option<EtcdServerTls>,
     root: TempDir,
     members: Mutex<Vec<Member>>,
     initial_cluster: String,
@@ -115,6 +133,31 @@ impl EtcdCluster {
     /// [`StartError`] when etcd is missing, `members` is 0, the folder cannot
     /// be prepared, or the members are not healthy within [`START_TIMEOUT`].
     pub fn try_start(members: usize) -> Result<EtcdCluster, StartError> {
+        Self::try_start_with(members, None)
+    }
+
+    /// Starts a cluster whose client port speaks only TLS (`https://`), like
+    /// [`EtcdCluster::start`].
+    ///
+    /// # Panics
+    ///
+    /// Panics like [`EtcdCluster::start`].
+    pub fn start_tls(members: usize, tls: EtcdServerTls) -> EtcdCluster {
+        match Self::try_start_with(members, Some(tls)) {
+            Ok(cluster) => cluster,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Starts a cluster, with TLS on the client port when `tls` is given.
+    ///
+    /// # Errors
+    ///
+    /// Like [`EtcdCluster::try_start`].
+    pub fn try_start_with(
+        members: usize,
+        tls: Option<EtcdServerTls>,
+    ) -> Result<EtcdCluster, StartError> {
         check_installation()?;
         if members == 0 {
             return Err(StartError::new("an etcd cluster needs at least one member"));
@@ -131,6 +174,7 @@ impl EtcdCluster {
                 list.push(Member {
                     name: format!("m{i}"),
                     client_port: free_port()?,
+                    metrics_port: free_port()?,
                     peer_port: free_port()?,
                     running: None,
                 });
@@ -141,6 +185,7 @@ impl EtcdCluster {
                 .collect::<Vec<_>>()
                 .join(",");
             let cluster = EtcdCluster {
+                tls: tls.clone(),
                 root,
                 members: Mutex::new(list),
                 initial_cluster,
@@ -197,7 +242,7 @@ impl EtcdCluster {
 
     /// The member that leads, by asking each running member's metrics.
     pub fn leader(&self) -> Option<usize> {
-        let ports: Vec<u16> = self.lock().iter().map(|m| m.client_port).collect();
+        let ports: Vec<u16> = self.lock().iter().map(|m| m.metrics_port).collect();
         ports.iter().position(|&port| {
             http_get(port, "/metrics").is_some_and(|m| m.contains("\netcd_server_is_leader 1"))
         })
@@ -272,7 +317,7 @@ impl EtcdCluster {
                     .iter_mut()
                     .map(|m| {
                         let alive = m.running.as_mut().is_some_and(GuardedProcess::is_running);
-                        (m.client_port, alive || m.running.is_none())
+                        (m.metrics_port, alive || m.running.is_none())
                     })
                     .collect()
             };
@@ -287,7 +332,7 @@ impl EtcdCluster {
                 members
                     .iter()
                     .filter(|m| m.running.is_some())
-                    .map(|m| m.client_port)
+                    .map(|m| m.metrics_port)
                     .collect()
             };
             if running.iter().all(|&port| {
@@ -355,7 +400,9 @@ impl EtcdCluster {
         let member = &mut members[i];
         let data = self.root.path().join(&member.name);
         let log = self.root.path().join(format!("{}.log", member.name));
-        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", member.client_port);
+        let metrics = format!("http://127.0.0.1:{}", member.metrics_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let mut command = Command::new(etcd_binary());
         command
@@ -367,6 +414,8 @@ impl EtcdCluster {
             .arg(&client)
             .arg("--advertise-client-urls")
             .arg(&client)
+            .arg("--listen-metrics-urls")
+            .arg(&metrics)
             .arg("--listen-peer-urls")
             .arg(&peer)
             .arg("--initial-advertise-peer-urls")
@@ -387,6 +436,18 @@ impl EtcdCluster {
                 "--log-level",
                 "warn",
             ]);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca);
+            if tls.client_cert_auth {
+                command.arg("--client-cert-auth");
+            }
+        }
         let process =
             GuardedProcess::spawn(&command, self.root.path(), &log, GuardedIo::Log, false)
                 .map_err(|e| StartError::new(format!("cannot start etcd: {e}")))?;

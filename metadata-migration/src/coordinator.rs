@@ -9,14 +9,15 @@ use bkswitch_metadata_store::{
 };
 
 use crate::dirty::DirtyPage;
+use crate::fence::{Fence, FencedTarget, TrackedSource};
 use crate::opener::StoreOpener;
 use crate::record::{
     corrupt, dirty_path, joined_path, read_current, record_path, write_record, MigrationRecord,
     ParticipantAck, Phase, CURRENT_PATH, PARTICIPANTS_PATH,
 };
 use crate::sync::{
-    compare_node, skipped, sync_batch, sync_path, sync_tree, verify_tree, versions_by_writes, Walk,
-    BATCH,
+    compare_node, skipped, sync_batch, sync_paths, sync_tree, verify_tree, versions_by_writes,
+    Walk, BATCH,
 };
 use crate::target::{refused, ProtectedRoot};
 
@@ -80,7 +81,10 @@ impl Default for CoordinatorOptions {
 /// [`Coordinator::resume`], which continues where the record says.
 #[derive(Debug)]
 pub struct Coordinator {
+    /// The source, each call remembered by the fence ([`TrackedSource`]).
     source: Arc<dyn MetadataStore>,
+    /// The target, written only while this coordinator holds the fencing
+    /// token ([`FencedTarget`]).
     target: Arc<dyn MetadataStore>,
     record: MigrationRecord,
     version: i64,
@@ -96,14 +100,15 @@ pub struct Coordinator {
 impl Coordinator {
     /// The coordinator of a migration just recorded (see
     /// [`StartPlan::start`](crate::StartPlan::start)).
-    pub(crate) fn begin(
+    pub(crate) async fn begin(
         source: Arc<dyn MetadataStore>,
         target: Arc<dyn MetadataStore>,
         record: MigrationRecord,
         version: i64,
         options: CoordinatorOptions,
-    ) -> Coordinator {
-        Coordinator {
+    ) -> Result<Coordinator> {
+        let (source, target) = fenced(source, target, &record.id).await?;
+        Ok(Coordinator {
             source,
             target,
             record,
@@ -113,7 +118,7 @@ impl Coordinator {
             suspects: None,
             pause_started: None,
             peak_walk: 0,
-        }
+        })
     }
 
     /// Takes over the current migration from its record (after the previous
@@ -134,6 +139,7 @@ impl Coordinator {
             return Ok(None);
         }
         let target = opener.open(&record.target_url).await?;
+        let (source, target) = fenced(source, target, &record.id).await?;
         let mut c = Coordinator {
             source,
             target,
@@ -195,9 +201,10 @@ impl Coordinator {
     /// Refuses to go on when the record changed since this coordinator
     /// wrote or read it (aborted, or another coordinator took over and
     /// maybe flipped): checked before every step writes anything to the
-    /// target, so that a coordinator that lost the record never copies an
-    /// old value of the source over a newer one written in the target after
-    /// the flip.
+    /// target (and the writes within a step are fenced, [`FencedTarget`]),
+    /// so that a coordinator that lost the record never copies an old value
+    /// of the source over a newer one written in the target after the
+    /// flip.
     async fn check_record(&self) -> Result<()> {
         let path = record_path(&self.record.id);
         match self.source.get(&path).await? {
@@ -223,6 +230,7 @@ impl Coordinator {
     }
 
     async fn cleanup(&self) {
+        Fence::remove(self.source.as_ref(), &self.record.id).await;
         let _ = self
             .source
             .delete_recursive(&dirty_path(&self.record.id))
@@ -491,9 +499,8 @@ impl Coordinator {
             self.record.verified = false;
             self.suspects = None;
         }
-        for path in &dirty {
-            self.record.caught_up += sync_path(src, tgt, path, by_writes).await?;
-        }
+        let paths: Vec<String> = dirty.iter().cloned().collect();
+        self.record.caught_up += sync_paths(src, tgt, &paths, by_writes).await?;
         handled.done(src).await?;
         if let Some(suspects) = self.suspects.take() {
             let unexplained: Vec<_> = suspects
@@ -520,9 +527,8 @@ impl Coordinator {
             // Compare everything; what differs must be explained by the next
             // round (a write meanwhile), or the flip is refused.
             let (diffs, _) = verify_tree(src, tgt, 10_000).await?;
-            for (p, _) in &diffs {
-                sync_path(src, tgt, p, by_writes).await?;
-            }
+            let paths: Vec<String> = diffs.iter().map(|(p, _)| p.clone()).collect();
+            sync_paths(src, tgt, &paths, by_writes).await?;
             if diffs.is_empty() {
                 self.record.verified = true;
             } else {
@@ -579,12 +585,10 @@ impl Coordinator {
                 return self.refuse_flip(diffs).await;
             }
         }
+        let paths: Vec<String> = dirty.iter().filter(|p| !skipped(p)).cloned().collect();
+        handled += sync_paths(src, tgt, &paths, by_writes).await?;
         let mut diffs = Vec::new();
-        for path in &dirty {
-            if skipped(path) {
-                continue;
-            }
-            handled += sync_path(src, tgt, path, by_writes).await?;
+        for path in &paths {
             if let Some(reason) = compare_node(src, tgt, path).await? {
                 diffs.push((path.clone(), reason));
             }
@@ -632,6 +636,20 @@ impl Coordinator {
         ))
         .await
     }
+}
+
+/// `source` and `target` as a coordinator of migration `id` uses them,
+/// with a fencing token claimed (see [`crate::fence`]).
+async fn fenced(
+    source: Arc<dyn MetadataStore>,
+    target: Arc<dyn MetadataStore>,
+    id: &str,
+) -> Result<(Arc<dyn MetadataStore>, Arc<dyn MetadataStore>)> {
+    let fence = Fence::claim(source.clone(), id).await?;
+    Ok((
+        Arc::new(TrackedSource::new(source, fence.clone())),
+        Arc::new(FencedTarget::new(target, fence)),
+    ))
 }
 
 /// A registered participant as the coordinator reads it.

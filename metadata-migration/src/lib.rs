@@ -3,6 +3,7 @@
 
 mod coordinator;
 mod dirty;
+mod fence;
 mod location;
 mod opener;
 mod participant;
@@ -14,7 +15,7 @@ mod tasks;
 
 pub use coordinator::{abort, Coordinator, CoordinatorOptions, MigrationRequest};
 pub use location::{Backend, Nesting, StoreLocation};
-pub use opener::{NamedMemoryStores, StoreOpener, UrlOpener};
+pub use opener::{NamedMemoryStores, SecureUrlOpener, StoreOpener, UrlOpener};
 pub use participant::{MigratingStore, ParticipantOptions};
 pub use record::{
     dirty_path, is_control_path, joined_path, read_current, read_record, record_path,

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use bkswitch_metadata_store::{
-    open_store, MetadataError, MetadataStore, Operation, Result, StoreTimeouts,
+    open_store, open_store_with, MetadataError, MetadataStore, Operation, Result, StoreSecurity,
+    StoreTimeouts,
 };
 
 /// Opens a store from the URL recorded in a migration.
@@ -45,6 +46,32 @@ impl StoreOpener for UrlOpener {
             });
         }
         open_store(url, self.timeouts).await
+    }
+}
+
+/// [`UrlOpener`] with credentials and TLS: opens `zk://…` and `etcd://…`
+/// with [`open_store_with`](bkswitch_metadata_store::open_store_with), so that
+/// a migration reaches a source or target that needs them. `Debug` shows no
+/// secret.
+#[derive(Debug, Clone, Default)]
+pub struct SecureUrlOpener {
+    /// Timeouts of the stores opened.
+    pub timeouts: StoreTimeouts,
+    /// Credentials and TLS, per backend.
+    pub security: StoreSecurity,
+}
+
+#[async_trait]
+impl StoreOpener for SecureUrlOpener {
+    async fn open(&self, url: &str) -> Result<Arc<dyn MetadataStore>> {
+        if url == "memory" {
+            return UrlOpener {
+                timeouts: self.timeouts,
+            }
+            .open(url)
+            .await;
+        }
+        open_store_with(url, self.timeouts, &self.security).await
     }
 }
 

@@ -12,9 +12,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, RwLock};
 
+use bkswitch_metadata_store::layer::{Call, Layer, Reply};
 use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, GetResult, MetadataError, MetadataStore, Operation,
-    Result, Stat, WatchStream,
+    CreateMode, ErrorKind, ExpectedVersion, MetadataError, MetadataStore, Operation, Result,
+    WatchStream,
 };
 
 use crate::opener::StoreOpener;
@@ -645,99 +646,88 @@ impl MigratingStore {
     }
 }
 
+/// The participant decorates the store in use as a [`Layer`]: reads go to
+/// the store in use (again on the target when a flip closed the source under
+/// them), writes pass the write gate and are tracked for the next round's
+/// copy, ephemeral nodes are remembered to be recreated in the target.
 #[async_trait]
-impl MetadataStore for MigratingStore {
-    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
-        self.check_open(Operation::Get, path)?;
-        self.read_current(|s| async move { s.get(path).await })
-            .await
+impl Layer for MigratingStore {
+    /// The store in use: the source, the target after the flip.
+    fn next(&self) -> Arc<dyn MetadataStore> {
+        self.current()
     }
 
-    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
-        let _in_flight = self.enter_gate(Operation::Put, path).await?;
-        let r = self.current().put(path, value, expected).await;
-        self.track(path);
-        r
-    }
-
-    async fn put_version(
-        &self,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-    ) -> Result<i64> {
-        let _in_flight = self.enter_gate(Operation::Put, path).await?;
-        let r = self.current().put_version(path, value, expected).await;
-        self.track(path);
-        r
-    }
-
-    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        let _in_flight = self
-            .enter_gate_as(Operation::Create, path, mode.ephemeral)
-            .await?;
-        let r = self.current().create(path, value, mode).await;
-        match &r {
-            Ok((actual, _)) => {
-                self.track(actual);
-                if mode.ephemeral {
-                    self.inner
-                        .state
-                        .lock()
-                        .ephemerals
-                        .insert(actual.clone(), value.to_vec());
-                }
+    async fn call(&self, call: Call<'_>) -> Result<Reply> {
+        let (op, path) = (call.operation(), call.path());
+        match call {
+            Call::Get { .. } | Call::Exists { .. } | Call::Children { .. } => {
+                self.check_open(op, path)?;
+                self.read_current(|s| async move { call.run(s.as_ref()).await })
+                    .await
             }
-            Err(_) => self.track(path),
+            Call::Watch { .. } => {
+                self.check_open(op, path)?;
+                let mut gen_rx = self.inner.generation.subscribe();
+                gen_rx.borrow_and_update();
+                let first = self.current().watch(path).await?;
+                let (tx, rx) = mpsc::unbounded_channel();
+                let weak = Arc::downgrade(&self.inner);
+                let owned = path.to_owned();
+                tokio::spawn(crate::tasks::forward_watch(weak, owned, first, gen_rx, tx));
+                Ok(Reply::Watch(WatchStream::from_channel(path, rx, None)))
+            }
+            Call::Close => self.close_participant().await.map(|()| Reply::Done),
+            Call::Create { value, mode, .. } => {
+                let _in_flight = self.enter_gate_as(op, path, mode.ephemeral).await?;
+                let r = call.run(self.current().as_ref()).await;
+                match &r {
+                    Ok(Reply::Created(actual, _)) => {
+                        self.track(actual);
+                        if mode.ephemeral {
+                            self.inner
+                                .state
+                                .lock()
+                                .ephemerals
+                                .insert(actual.clone(), value.to_vec());
+                        }
+                    }
+                    _ => self.track(path),
+                }
+                r
+            }
+            Call::Delete { .. } => {
+                let own_ephemeral = self.inner.state.lock().ephemerals.contains_key(path);
+                let _in_flight = self.enter_gate_as(op, path, own_ephemeral).await?;
+                let r = call.run(self.current().as_ref()).await;
+                self.track(path);
+                if r.is_ok() {
+                    self.inner.state.lock().ephemerals.remove(path);
+                }
+                r
+            }
+            Call::Put { .. }
+            | Call::PutVersion { .. }
+            | Call::ImportVersion { .. }
+            | Call::ImportSequentialCounter { .. } => {
+                let _in_flight = self.enter_gate(op, path).await?;
+                let r = call.run(self.current().as_ref()).await;
+                self.track(path);
+                r
+            }
         }
-        r
     }
+}
 
-    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        let own_ephemeral = self.inner.state.lock().ephemerals.contains_key(path);
-        let _in_flight = self
-            .enter_gate_as(Operation::Delete, path, own_ephemeral)
-            .await?;
-        let r = self.current().delete(path, expected).await;
-        self.track(path);
-        if r.is_ok() {
-            self.inner.state.lock().ephemerals.remove(path);
-        }
-        r
-    }
-
-    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
-        self.check_open(Operation::Exists, path)?;
-        self.read_current(|s| async move { s.exists(path).await })
-            .await
-    }
-
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.check_open(Operation::Children, path)?;
-        self.read_current(|s| async move { s.children(path).await })
-            .await
-    }
-
-    async fn watch(&self, path: &str) -> Result<WatchStream> {
-        self.check_open(Operation::Watch, path)?;
-        let mut gen_rx = self.inner.generation.subscribe();
-        gen_rx.borrow_and_update();
-        let first = self.current().watch(path).await?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let weak = Arc::downgrade(&self.inner);
-        let owned = path.to_owned();
-        tokio::spawn(crate::tasks::forward_watch(weak, owned, first, gen_rx, tx));
-        Ok(WatchStream::from_channel(path, rx, None))
-    }
-
-    async fn close(&self) -> Result<()> {
+impl MigratingStore {
+    /// Leaves cleanly: publishes what was written, then the marker; deletes
+    /// the participant's node; closes the store in use if it owns it.
+    async fn close_participant(&self) -> Result<()> {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let store = self.current();
         let tracking = self.inner.state.lock().tracking.clone();
         if let Some(id) = tracking {
-            // Leave cleanly: publish what was written, then the marker.
             if self.publish(store.as_ref(), &id).await.is_ok() {
                 let _ = store
                     .delete(
@@ -756,29 +746,5 @@ impl MetadataStore for MigratingStore {
         } else {
             Ok(())
         }
-    }
-
-    fn can_import_versions(&self) -> bool {
-        self.current().can_import_versions()
-    }
-
-    /// The store in use's: it changes at a flip too (the participant
-    /// recreates its ephemeral nodes in the target itself).
-    fn session_generation(&self) -> Option<u64> {
-        self.current().session_generation()
-    }
-
-    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
-        let _in_flight = self.enter_gate(Operation::Put, path).await?;
-        let r = self.current().import_version(path, value, version).await;
-        self.track(path);
-        r
-    }
-
-    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
-        let _in_flight = self.enter_gate(Operation::Put, path).await?;
-        let r = self.current().import_sequential_counter(path, next).await;
-        self.track(path);
-        r
     }
 }

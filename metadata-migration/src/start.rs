@@ -223,13 +223,7 @@ impl StartPlan {
         source
             .put(CURRENT_PATH, id.as_bytes(), ExpectedVersion::Any)
             .await?;
-        Ok(Coordinator::begin(
-            source,
-            target,
-            record,
-            stat.version,
-            options,
-        ))
+        Coordinator::begin(source, target, record, stat.version, options).await
     }
 }
 

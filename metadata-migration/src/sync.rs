@@ -98,14 +98,27 @@ async fn sync_node_and_count(
     path: &str,
     by_writes: bool,
 ) -> Result<(Synced, bool)> {
-    let s = source.get(path).await?;
-    let t = target.get(path).await?;
-    let parent = s.as_ref().is_some_and(|r| r.stat.num_children > 0)
-        || t.as_ref().is_some_and(|r| r.stat.num_children > 0);
+    let (s, t) = read_both(source, target, path).await?;
+    let parent = has_children(&s, &t);
     Ok((
         sync_read(source, target, path, by_writes, s, t).await?,
         parent,
     ))
+}
+
+/// The node at `path` in both stores.
+async fn read_both(
+    source: &dyn MetadataStore,
+    target: &dyn MetadataStore,
+    path: &str,
+) -> Result<(Option<GetResult>, Option<GetResult>)> {
+    Ok((source.get(path).await?, target.get(path).await?))
+}
+
+/// Whether the node has children in either store.
+fn has_children(s: &Option<GetResult>, t: &Option<GetResult>) -> bool {
+    s.as_ref().is_some_and(|r| r.stat.num_children > 0)
+        || t.as_ref().is_some_and(|r| r.stat.num_children > 0)
 }
 
 async fn sync_read(
@@ -406,15 +419,23 @@ pub(crate) async fn sync_batch(
     batch: &[String],
     by_writes: bool,
 ) -> Result<Vec<bool>> {
-    // The futures are made first and then run IN_FLIGHT at once (a closure
-    // in the stream would make the future not `Send` for every lifetime).
-    let syncs: Vec<_> = batch
-        .iter()
-        .map(|p| sync_node_and_count(source, target, p, by_writes))
-        .collect();
-    let parents: Vec<bool> = stream::iter(syncs)
+    // Every node of the batch read first, then written: one check of the
+    // coordinator's fence covers the batch's writes (crate::fence). The
+    // futures are made first and then run IN_FLIGHT at once (a closure in
+    // the stream would make the future not `Send` for every lifetime).
+    let reads: Vec<_> = batch.iter().map(|p| read_both(source, target, p)).collect();
+    let pairs: Vec<(Option<GetResult>, Option<GetResult>)> = stream::iter(reads)
         .buffered(IN_FLIGHT)
-        .map_ok(|(_, parent)| parent)
+        .try_collect()
+        .await?;
+    let parents: Vec<bool> = pairs.iter().map(|(s, t)| has_children(s, t)).collect();
+    let writes: Vec<_> = batch
+        .iter()
+        .zip(pairs)
+        .map(|(p, (s, t))| sync_read(source, target, p, by_writes, s, t))
+        .collect();
+    let _: Vec<Synced> = stream::iter(writes)
+        .buffered(IN_FLIGHT)
         .try_collect()
         .await?;
     let entered: Vec<&str> = batch
@@ -447,21 +468,30 @@ async fn sync_below(
     }
 }
 
-/// Syncs a path; when the target node was recreated, copies its subtree.
-/// Returns the number of nodes handled.
-pub(crate) async fn sync_path(
+/// Syncs `paths` (a node whose target copy was recreated with its subtree),
+/// [`BATCH`] at a time: the nodes of a batch all read, then written, so that one check of the coordinator's
+/// fence covers the batch's writes (`crate::fence`). Returns the nodes
+/// handled.
+pub(crate) async fn sync_paths(
     source: &dyn MetadataStore,
     target: &dyn MetadataStore,
-    path: &str,
+    paths: &[String],
     by_writes: bool,
 ) -> Result<u64> {
-    if skipped(path) {
-        return Ok(0);
-    }
-    let outcome = sync_node(source, target, path, by_writes).await?;
-    let mut handled = 1;
-    if outcome == Synced::Recreated {
-        handled += sync_below(source, target, path, by_writes).await?;
+    let paths: Vec<&String> = paths.iter().filter(|p| !skipped(p)).collect();
+    let mut handled = 0;
+    for chunk in paths.chunks(BATCH) {
+        let reads: Vec<_> = chunk.iter().map(|p| read_both(source, target, p)).collect();
+        let pairs: Vec<(Option<GetResult>, Option<GetResult>)> = stream::iter(reads)
+            .buffered(IN_FLIGHT)
+            .try_collect()
+            .await?;
+        for (path, (s, t)) in chunk.iter().zip(pairs) {
+            handled += 1;
+            if sync_read(source, target, path, by_writes, s, t).await? == Synced::Recreated {
+                handled += sync_below(source, target, path, by_writes).await?;
+            }
+        }
     }
     Ok(handled)
 }

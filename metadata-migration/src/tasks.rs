@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::Duration;
 
-use bkswitch_metadata_store::{ErrorKind, Notification, WatchStream};
+use bkswitch_metadata_store::{ErrorKind, Notification, SessionEvent, WatchStream};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
@@ -19,10 +19,20 @@ pub(crate) async fn forward_watch(
     mut gen_rx: watch::Receiver<u64>,
     tx: mpsc::UnboundedSender<Notification>,
 ) {
+    // The last session event forwarded that the old store did not take back
+    // (a lost connection or an expired session): the consumer still believes
+    // it, so the re-armed stream ends it (N24).
+    let mut unsettled: Option<SessionEvent> = None;
     loop {
         tokio::select! {
             n = stream.next() => match n {
                 Some(n) => {
+                    if let Notification::Session(e) = &n {
+                        unsettled = match e {
+                            SessionEvent::ConnectionLost | SessionEvent::SessionExpired => Some(*e),
+                            _ => None,
+                        };
+                    }
                     if tx.send(n).is_err() {
                         return;
                     }
@@ -33,13 +43,13 @@ pub(crate) async fn forward_watch(
                         r = gen_rx.changed() => if r.is_err() { return },
                         _ = tx.closed() => return,
                     }
-                    if !rearm(&weak, &path, &mut stream, &tx).await {
+                    if !rearm(&weak, &path, &mut stream, &tx, unsettled.take()).await {
                         return;
                     }
                 }
             },
             r = gen_rx.changed() => {
-                if r.is_err() || !rearm(&weak, &path, &mut stream, &tx).await {
+                if r.is_err() || !rearm(&weak, &path, &mut stream, &tx, unsettled.take()).await {
                     return;
                 }
             }
@@ -49,12 +59,18 @@ pub(crate) async fn forward_watch(
 }
 
 /// Re-arms a forwarded watch on the store in use and reports a re-read of
-/// the node, so that nothing changed during the swap is missed.
+/// the node, so that nothing changed during the swap is missed. When the
+/// consumer last heard that the old store's connection was lost (or its
+/// session expired), it first hears that the store it now follows answers
+/// (`Reconnected`, or `SessionReestablished`): without it a node that lost its
+/// connection just before the flip kept its managed ledgers paused — no
+/// rollover, no trim — until its next session event (N24).
 async fn rearm(
     weak: &Weak<Inner>,
     path: &str,
     stream: &mut WatchStream,
     tx: &mpsc::UnboundedSender<Notification>,
+    unsettled: Option<SessionEvent>,
 ) -> bool {
     let Some(inner) = weak.upgrade() else {
         return false;
@@ -76,6 +92,16 @@ async fn rearm(
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(1));
             }
+        }
+    }
+    let back = match unsettled {
+        Some(SessionEvent::SessionExpired) => Some(SessionEvent::SessionReestablished),
+        Some(_) => Some(SessionEvent::Reconnected),
+        None => None,
+    };
+    if let Some(e) = back {
+        if tx.send(Notification::Session(e)).is_err() {
+            return false;
         }
     }
     let exists = matches!(store.exists(path).await, Ok(Some(_)));

@@ -73,6 +73,9 @@ pub enum ErrorKind {
     /// Writes are paused for a moment (the metadata store is being moved, see
     /// `bkswitch-metadata-migration`); retrying after a short wait helps.
     WritesPaused,
+    /// The backend refused the credentials, or they do not give access to
+    /// the node (ZooKeeper ACL, etcd role); retrying does not help.
+    PermissionDenied,
     /// Anything else the backend reported.
     Internal,
 }
@@ -197,6 +200,16 @@ pub enum MetadataError {
         /// Which migration paused the writes.
         reason: String,
     },
+    /// The backend refused the credentials or their access to the node.
+    #[error("{op} `{path}` failed: permission denied: {reason}")]
+    PermissionDenied {
+        /// The failed operation.
+        op: Operation,
+        /// The path of the operation.
+        path: String,
+        /// Which credentials were refused and what they lack (never a secret).
+        reason: String,
+    },
     /// Anything else the backend reported.
     #[error("{op} `{path}` failed: unexpected metadata store error: {reason}")]
     Internal {
@@ -223,6 +236,7 @@ impl MetadataError {
             MetadataError::SessionExpired { .. } => ErrorKind::SessionExpired,
             MetadataError::Closed { .. } => ErrorKind::Closed,
             MetadataError::WritesPaused { .. } => ErrorKind::WritesPaused,
+            MetadataError::PermissionDenied { .. } => ErrorKind::PermissionDenied,
             MetadataError::Internal { .. } => ErrorKind::Internal,
         }
     }
@@ -240,6 +254,7 @@ impl MetadataError {
             | MetadataError::SessionExpired { path, .. }
             | MetadataError::Closed { path, .. }
             | MetadataError::WritesPaused { path, .. }
+            | MetadataError::PermissionDenied { path, .. }
             | MetadataError::Internal { path, .. } => path,
         }
     }
@@ -257,6 +272,7 @@ impl MetadataError {
             | MetadataError::SessionExpired { op, .. }
             | MetadataError::Closed { op, .. }
             | MetadataError::WritesPaused { op, .. }
+            | MetadataError::PermissionDenied { op, .. }
             | MetadataError::Internal { op, .. } => *op,
         }
     }

@@ -11,9 +11,12 @@
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
+pub mod fallback;
+pub mod layer;
 mod memory;
 mod open;
 mod path;
+mod secret;
 mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
@@ -23,13 +26,19 @@ mod zk;
 
 pub use error::{ErrorKind, MetadataError, Operation, Result};
 #[cfg(feature = "etcd")]
-pub use etcd::{check_etcd_url, EtcdStore, EtcdStoreOptions, ReadBatches, WriteBatches};
+pub use etcd::{
+    check_etcd_url, etcd_key_prefixes, EtcdStore, EtcdStoreOptions, EtcdTls, EtcdUser, ReadBatches,
+    WriteBatches,
+};
 pub use memory::MemoryStore;
-pub use open::{check_store_url, open_store, StoreTimeouts, STORE_URL_FORMS};
+pub use open::{
+    check_store_url, open_store, open_store_with, StoreSecurity, StoreTimeouts, STORE_URL_FORMS,
+};
 pub use path::{validate_path, PathUse, MAX_VALUE_LEN, RESERVED_ROOT};
+pub use secret::Secret;
 pub use store::{MetadataStore, MetadataStoreExt, Update};
 pub use types::{
     CreateMode, ExpectedVersion, GetResult, Notification, SessionEvent, Stat, WatchStream,
 };
 #[cfg(feature = "zk")]
-pub use zk::{check_zk_host, ZkStore, ZkStoreOptions};
+pub use zk::{check_zk_host, ZkAuth, ZkStore, ZkStoreOptions};

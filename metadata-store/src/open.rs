@@ -34,6 +34,21 @@ impl Default for StoreTimeouts {
     }
 }
 
+/// Credentials and TLS of the stores [`open_store_with`] opens, for each
+/// backend built in (the URL says which one applies). `Debug` shows no secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreSecurity {
+    /// ZooKeeper digest credentials ([`ZkStoreOptions::auth`](crate::ZkStoreOptions::auth)).
+    #[cfg(feature = "zk")]
+    pub zk_auth: Option<crate::zk::ZkAuth>,
+    /// etcd user ([`EtcdStoreOptions::user`](crate::EtcdStoreOptions::user)).
+    #[cfg(feature = "etcd")]
+    pub etcd_user: Option<crate::etcd::EtcdUser>,
+    /// etcd TLS ([`EtcdStoreOptions::tls`](crate::EtcdStoreOptions::tls)).
+    #[cfg(feature = "etcd")]
+    pub etcd_tls: Option<crate::etcd::EtcdTls>,
+}
+
 fn bad(url: &str, reason: String) -> MetadataError {
     MetadataError::InvalidArgument {
         op: Operation::Connect,
@@ -92,8 +107,24 @@ pub fn check_store_url(url: &str) -> Result<()> {
 /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a URL
 /// [`check_store_url`] refuses; every error of the backend's `connect`.
 pub async fn open_store(url: &str, timeouts: StoreTimeouts) -> Result<Arc<dyn MetadataStore>> {
+    open_store_with(url, timeouts, &StoreSecurity::default()).await
+}
+
+/// [`open_store`] with credentials and TLS: those of `security` for the
+/// backend the URL names.
+///
+/// # Errors
+///
+/// Those of [`open_store`];
+/// [`ErrorKind::PermissionDenied`](crate::ErrorKind::PermissionDenied) when
+/// the backend refuses the credentials.
+pub async fn open_store_with(
+    url: &str,
+    timeouts: StoreTimeouts,
+    security: &StoreSecurity,
+) -> Result<Arc<dyn MetadataStore>> {
     check_store_url(url)?;
-    let _ = timeouts;
+    let _ = (timeouts, security);
     if url == "memory" {
         return Ok(Arc::new(MemoryStore::new()));
     }
@@ -103,6 +134,7 @@ pub async fn open_store(url: &str, timeouts: StoreTimeouts) -> Result<Arc<dyn Me
             session_timeout: timeouts.session,
             operation_timeout: timeouts.operation,
             connect_timeout: timeouts.connect,
+            auth: security.zk_auth.clone(),
             ..crate::zk::ZkStoreOptions::default()
         };
         return Ok(Arc::new(crate::zk::ZkStore::connect(url, options).await?));
@@ -113,6 +145,8 @@ pub async fn open_store(url: &str, timeouts: StoreTimeouts) -> Result<Arc<dyn Me
             session_timeout: timeouts.session,
             operation_timeout: timeouts.operation,
             connect_timeout: timeouts.connect,
+            user: security.etcd_user.clone(),
+            tls: security.etcd_tls.clone(),
             ..crate::etcd::EtcdStoreOptions::default()
         };
         return Ok(Arc::new(

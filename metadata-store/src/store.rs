@@ -43,6 +43,13 @@ use crate::types::{CreateMode, ExpectedVersion, GetResult, Stat, WatchStream};
 ///   operation of a networked backend is bounded by a timeout.
 /// - After [`close`](Self::close), every operation fails with
 ///   [`ErrorKind::Closed`].
+///
+/// # Decorating
+///
+/// The trait has no defaulted methods: an implementation names every one.
+/// A decorator implements [`Layer`](crate::layer::Layer) instead, which turns
+/// every method into one [`Call`](crate::layer::Call) and forwards what it
+/// does not change, so that no method bypasses it.
 #[async_trait]
 pub trait MetadataStore: Send + Sync + Debug {
     /// Reads a node; `Ok(None)` when it does not exist (as in Pulsar).
@@ -149,12 +156,9 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// Whether [`import_version`](Self::import_version) is offered: `true` for
     /// [`MemoryStore`](crate::MemoryStore), the etcd store and the ZooKeeper
     /// store (which reaches the version by writes, see `docs/FORMATS.md`).
-    ///
-    /// The default is `false`, so a wrapper that does not forward the
-    /// capability refuses imports instead of bypassing itself.
-    fn can_import_versions(&self) -> bool {
-        false
-    }
+    /// A store that cannot answers `false` and refuses imports with
+    /// [`fallback::refuse_import_version`](crate::fallback::refuse_import_version).
+    fn can_import_versions(&self) -> bool;
 
     /// The generation of the store's session: a number that changes
     /// whenever a new session replaces one that ended (ZooKeeper session
@@ -162,10 +166,8 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// read without a round trip. A client that must not write once its
     /// ephemeral nodes may be gone (a migration participant) compares it
     /// with the generation it registered under. `None`: the store has no
-    /// sessions, or (the default) does not say; a wrapper forwards it.
-    fn session_generation(&self) -> Option<u64> {
-        None
-    }
+    /// sessions, or does not say.
+    fn session_generation(&self) -> Option<u64>;
 
     /// Writes like [`put`](Self::put) and returns only the new version, so a
     /// store may leave out the reads that the rest of the [`Stat`] needs.
@@ -173,20 +175,14 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// ledger's info and cursor writes, the registry's records) use it. The
     /// etcd store then sends the bare conditional write (its `Stat` needs the
     /// counter, creation time and child count read in the same transaction);
-    /// the other stores answer as `put` does. The default calls `put`, so a
-    /// wrapper that does not forward it still passes through itself.
+    /// the other stores answer as `put` does
+    /// ([`fallback::put_version_by_put`](crate::fallback::put_version_by_put)).
     ///
     /// # Errors
     ///
     /// Those of [`put`](Self::put).
-    async fn put_version(
-        &self,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-    ) -> Result<i64> {
-        Ok(self.put(path, value, expected).await?.version)
-    }
+    async fn put_version(&self, path: &str, value: &[u8], expected: ExpectedVersion)
+        -> Result<i64>;
 
     /// Creates a node with `value` and exactly `version`, as a copy of a record
     /// read from another store (a migration): a client holding that version
@@ -200,20 +196,7 @@ pub trait MetadataStore: Send + Sync + Debug {
     /// ([`can_import_versions`](Self::can_import_versions) is `false`; nothing
     /// is written) or `version` is negative; [`ErrorKind::AlreadyExists`] when
     /// the node exists; and every error of [`create`](Self::create).
-    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
-        let _ = value;
-        validate_path(Operation::Put, path, PathUse::Write)?;
-        Err(MetadataError::InvalidArgument {
-            op: Operation::Put,
-            path: path.to_owned(),
-            reason: format!(
-                "this metadata store ({self:?}) cannot import versions (it numbers them \
-                 itself); copy the record with put and let its readers re-read it, or \
-                 migrate to a store that can (memory, etcd). Version {version} was not \
-                 imported"
-            ),
-        })
-    }
+    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat>;
 
     /// Raises the sequential-child counter of the persistent node `path` so
     /// that its next sequential child gets a suffix of at least `next`
@@ -227,23 +210,12 @@ pub trait MetadataStore: Send + Sync + Debug {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] when the store does not offer it (the
-    /// default, so that a wrapper that does not forward it refuses instead of
-    /// bypassing itself; nothing is written), `next` is negative or `path` is
-    /// ephemeral; [`ErrorKind::NotFound`] when `path` does not exist; and every
-    /// error of [`create`](Self::create).
-    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
-        validate_path(Operation::Put, path, PathUse::Write)?;
-        Err(MetadataError::InvalidArgument {
-            op: Operation::Put,
-            path: path.to_owned(),
-            reason: format!(
-                "this metadata store ({self:?}) cannot import sequential counters; \
-                 create and delete sequential children to raise it. The counter was not \
-                 raised to {next}"
-            ),
-        })
-    }
+    /// [`ErrorKind::InvalidArgument`] when the store does not offer it
+    /// ([`fallback::refuse_import_sequential_counter`](crate::fallback::refuse_import_sequential_counter);
+    /// nothing is written), `next` is negative or `path` is ephemeral;
+    /// [`ErrorKind::NotFound`] when `path` does not exist; and every error of
+    /// [`create`](Self::create).
+    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat>;
 }
 
 #[deny(clippy::missing_trait_methods)]

@@ -18,6 +18,7 @@ fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
         operation_timeout: Duration::from_secs(3),
         connect_timeout: Duration::from_secs(20),
         reconnect_delay: Duration::from_millis(reconnect_delay_ms),
+        auth: None,
     }
 }
 

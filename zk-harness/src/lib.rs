@@ -3,6 +3,7 @@
 
 mod ensemble;
 mod guard;
+mod proxy;
 
 use std::fmt;
 use std::fs;
@@ -18,6 +19,7 @@ use tempfile::TempDir;
 
 pub use ensemble::ZkEnsemble;
 pub use guard::{GuardedIo, GuardedProcess};
+pub use proxy::{FaultProxy, LinkMode};
 
 /// Classpath used when `ZOOKEEPER_CLASSPATH` is not set: Debian's `zookeeper`
 /// package layout. `slf4j-simple` comes first so that the server logs through it

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_metadata_migration::{
-    is_control_path, CoordinatorOptions, MigratingStore, ParticipantOptions, StoreOpener,
+    is_control_path, CoordinatorOptions, MigratingStore, MigrationRequest, NamedMemoryStores,
+    ParticipantOptions, StoreOpener,
 };
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt,
@@ -312,4 +313,29 @@ pub fn nonce() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     format!("{}-{n:x}", std::process::id())
+}
+
+/// A migration request from `memory://src` to `memory://dst`.
+pub fn request(id: &str) -> MigrationRequest {
+    MigrationRequest {
+        id: Some(id.to_owned()),
+        source_url: "memory://src".to_owned(),
+        target_url: "memory://dst".to_owned(),
+        wipe_target: None,
+        protected: Vec::new(),
+    }
+}
+
+/// `memory://src` populated with `n` nodes (`wide` under one parent), and an
+/// opener of the named stores.
+pub async fn setup(n: usize, wide: usize) -> (NamedMemoryStores, Arc<dyn StoreOpener>) {
+    let stores = NamedMemoryStores::new();
+    populate(&stores.session("src"), n, wide).await;
+    let opener: Arc<dyn StoreOpener> = Arc::new(stores.clone());
+    (stores, opener)
+}
+
+/// A session of `memory://src`.
+pub fn src(stores: &NamedMemoryStores) -> Arc<dyn MetadataStore> {
+    Arc::new(stores.session("src"))
 }

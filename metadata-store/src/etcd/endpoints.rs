@@ -58,7 +58,9 @@ pub(super) async fn run(
         drop(d);
         let Some(client) = client_of() else { return };
         for (i, endpoint) in endpoints.iter().enumerate() {
-            let addr = endpoint.trim_start_matches("http://");
+            let addr = endpoint
+                .trim_start_matches("http://")
+                .trim_start_matches("https://");
             let accepts = matches!(
                 tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(addr)).await,
                 Ok(Ok(_))

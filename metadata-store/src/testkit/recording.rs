@@ -1,17 +1,14 @@
 //! [`RecordingStore`]: a [`MetadataStore`] wrapper that records every write and
 //! injects failures, for tests of anything that writes metadata.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use crate::{
-    CreateMode, ExpectedVersion, GetResult, MetadataError, MetadataStore, Operation, Result, Stat,
-    WatchStream,
-};
+use crate::layer::{Call, Layer, Reply};
+use crate::{ExpectedVersion, MetadataError, MetadataStore, Operation, Result};
 
 /// The kind of a recorded write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,23 +254,34 @@ impl RecordingStore {
 
     /// Runs one write: numbers it, fails it when a fault is injected for it
     /// (without calling the inner store), and records what happened.
-    async fn recorded<T, F>(
-        &self,
-        op: WriteOp,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-        version_of: fn(&T) -> i64,
-        run: impl FnOnce() -> F,
-    ) -> Result<T>
-    where
-        F: Future<Output = Result<T>>,
-    {
+    /// Makes the write `call` on the inner store (or not, as injected) and
+    /// records it.
+    async fn recorded(&self, call: Call<'_>) -> Result<Reply> {
+        let (op, path, value, expected) = match call {
+            Call::Put {
+                path,
+                value,
+                expected,
+            }
+            | Call::PutVersion {
+                path,
+                value,
+                expected,
+            } => (WriteOp::Put, path, value, expected),
+            Call::ImportVersion { path, value, .. } => {
+                (WriteOp::Put, path, value, ExpectedVersion::NotExists)
+            }
+            Call::Create { path, value, .. } => {
+                (WriteOp::Create, path, value, ExpectedVersion::NotExists)
+            }
+            Call::Delete { path, expected } => (WriteOp::Delete, path, &[][..], expected),
+            _ => return call.run(self.inner.as_ref()).await,
+        };
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let (result, injected) = match self.injected(seq, path) {
             Some(InjectedFailure::AppliedThenUnavailable) => {
                 // The write happens; only its answer is lost.
-                let applied = run().await;
+                let applied = call.run(self.inner.as_ref()).await;
                 let e = Self::error(
                     op.operation(),
                     path,
@@ -286,7 +294,7 @@ impl RecordingStore {
                 let e = Self::error(op.operation(), path, f, expected_number(expected));
                 (Err(e), true)
             }
-            None => (run().await, false),
+            None => (call.run(self.inner.as_ref()).await, false),
         };
         self.writes.lock().push(WriteRecord {
             seq,
@@ -294,7 +302,14 @@ impl RecordingStore {
             op,
             value: value.to_vec(),
             expected,
-            result: result.as_ref().map(version_of).map_err(|e| e.to_string()),
+            result: result
+                .as_ref()
+                .map(|reply| match reply {
+                    Reply::Stat(s) | Reply::Created(_, s) => s.version,
+                    Reply::Version(v) => *v,
+                    _ => -1,
+                })
+                .map_err(|e| e.to_string()),
             injected,
         });
         result
@@ -320,123 +335,44 @@ fn expected_number(expected: ExpectedVersion) -> i64 {
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl MetadataStore for RecordingStore {
-    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
-        self.check_read(Operation::Get, path)?;
-        self.wait_if_held(path).await;
-        self.inner.get(path).await
+impl Layer for RecordingStore {
+    fn next(&self) -> Arc<dyn MetadataStore> {
+        self.inner.clone()
     }
 
-    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
-        self.recorded(
-            WriteOp::Put,
-            path,
-            value,
-            expected,
-            |s: &Stat| s.version,
-            || self.inner.put(path, value, expected),
-        )
-        .await
-    }
-
-    async fn put_version(
-        &self,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-    ) -> Result<i64> {
-        self.recorded(
-            WriteOp::Put,
-            path,
-            value,
-            expected,
-            |v: &i64| *v,
-            || self.inner.put_version(path, value, expected),
-        )
-        .await
-    }
-
-    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        let expected = ExpectedVersion::NotExists;
-        self.recorded(
-            WriteOp::Create,
-            path,
-            value,
-            expected,
-            |(_, s): &(String, Stat)| s.version,
-            || self.inner.create(path, value, mode),
-        )
-        .await
-    }
-
-    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        self.recorded(
-            WriteOp::Delete,
-            path,
-            &[],
-            expected,
-            |_| -1,
-            || self.inner.delete(path, expected),
-        )
-        .await
-    }
-
-    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
-        self.check_read(Operation::Exists, path)?;
-        self.wait_if_held(path).await;
-        self.inner.exists(path).await
-    }
-
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.check_read(Operation::Children, path)?;
-        self.wait_if_held(path).await;
-        self.inner.children(path).await
-    }
-
-    async fn watch(&self, path: &str) -> Result<WatchStream> {
-        {
-            let mut f = self.faults.lock();
-            if let Some((pattern, count)) = &mut f.watches {
-                if *count > 0 && path.contains(pattern.as_str()) {
-                    *count -= 1;
-                    return Err(MetadataError::Unavailable {
-                        op: Operation::Watch,
-                        path: path.to_owned(),
-                        reason: "injected watch failure".to_owned(),
-                    });
-                }
+    async fn call(&self, call: Call<'_>) -> Result<Reply> {
+        let (op, path) = (call.operation(), call.path());
+        match call {
+            Call::Get { .. } | Call::Exists { .. } | Call::Children { .. } => {
+                self.check_read(op, path)?;
+                self.wait_if_held(path).await;
+                call.run(self.inner.as_ref()).await
             }
+            Call::Watch { .. } => {
+                {
+                    let mut f = self.faults.lock();
+                    if let Some((pattern, count)) = &mut f.watches {
+                        if *count > 0 && path.contains(pattern.as_str()) {
+                            *count -= 1;
+                            return Err(MetadataError::Unavailable {
+                                op,
+                                path: path.to_owned(),
+                                reason: "injected watch failure".to_owned(),
+                            });
+                        }
+                    }
+                }
+                call.run(self.inner.as_ref()).await
+            }
+            // Not recorded: it changes no value or version.
+            Call::Close | Call::ImportSequentialCounter { .. } => {
+                call.run(self.inner.as_ref()).await
+            }
+            Call::Put { .. }
+            | Call::PutVersion { .. }
+            | Call::Create { .. }
+            | Call::Delete { .. }
+            | Call::ImportVersion { .. } => self.recorded(call).await,
         }
-        self.inner.watch(path).await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-
-    fn can_import_versions(&self) -> bool {
-        self.inner.can_import_versions()
-    }
-
-    fn session_generation(&self) -> Option<u64> {
-        self.inner.session_generation()
-    }
-
-    async fn import_version(&self, path: &str, value: &[u8], version: i64) -> Result<Stat> {
-        self.recorded(
-            WriteOp::Put,
-            path,
-            value,
-            ExpectedVersion::NotExists,
-            |s: &Stat| s.version,
-            || self.inner.import_version(path, value, version),
-        )
-        .await
-    }
-
-    async fn import_sequential_counter(&self, path: &str, next: i64) -> Result<Stat> {
-        // Not recorded: it changes no value or version.
-        self.inner.import_sequential_counter(path, next).await
     }
 }

@@ -33,7 +33,7 @@ mod session;
 pub(crate) mod url;
 mod watch;
 
-use session::{close_session, create_path, open_session, supervise};
+use session::{close_session, create_path, denied_reason, node_acl, open_session, supervise};
 
 pub use url::check_zk_host;
 
@@ -57,6 +57,7 @@ use crate::memory::{
     ephemeral_parent_error,
 };
 use crate::path::{parent, validate_path, PathUse, RESERVED_ROOT};
+use crate::secret::Secret;
 use crate::store::MetadataStore;
 use crate::types::{CreateMode, ExpectedVersion, GetResult, SessionEvent, Stat, WatchStream};
 
@@ -76,6 +77,43 @@ pub struct ZkStoreOptions {
     /// Pause between two connection attempts while no server answers. Default
     /// 100 ms.
     pub reconnect_delay: Duration,
+    /// Digest credentials (`addAuthInfo("digest", "user:password")`), sent
+    /// on every connection. With them, every node the store creates carries
+    /// ZooKeeper's `CREATOR_ALL_ACL` (all rights to this user only, as Pulsar
+    /// does with ZooKeeper authentication), and connecting checks that they
+    /// can read the chroot. Default none: open ACLs, as before.
+    pub auth: Option<ZkAuth>,
+}
+
+/// Digest credentials of a [`ZkStore`] (ZooKeeper's `digest` scheme, on by
+/// default on every server). `Debug` prints the password as `***`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkAuth {
+    /// The user name (no `:`).
+    pub user: String,
+    /// The password, e.g. from [`Secret::from_file`].
+    pub password: Secret,
+}
+
+impl ZkAuth {
+    /// Digest credentials of `user`.
+    pub fn digest(user: impl Into<String>, password: Secret) -> ZkAuth {
+        ZkAuth {
+            user: user.into(),
+            password,
+        }
+    }
+
+    /// The ACL of the nodes the store creates with these credentials.
+    fn acl() -> Vec<Acl> {
+        Acl::creator_all().clone()
+    }
+
+    /// Sends the credentials on the handle's current connection.
+    async fn send(&self, zk: &ZooKeeper) -> std::result::Result<(), ZkError> {
+        let auth = format!("{}:{}", self.user, self.password.expose());
+        zk.add_auth("digest", auth.into_bytes()).await
+    }
 }
 
 impl Default for ZkStoreOptions {
@@ -85,6 +123,7 @@ impl Default for ZkStoreOptions {
             operation_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(30),
             reconnect_delay: Duration::from_millis(100),
+            auth: None,
         }
     }
 }
@@ -109,6 +148,14 @@ impl ZkStoreOptions {
         ] {
             if value.is_zero() {
                 return Err(fail(format!("{name} must be more than zero")));
+            }
+        }
+        if let Some(auth) = &self.auth {
+            if auth.user.is_empty() || auth.user.contains(':') {
+                return Err(fail(format!(
+                    "the ZooKeeper digest user `{}` must be non-empty and have no `:`",
+                    auth.user
+                )));
             }
         }
         Ok(())
@@ -354,6 +401,15 @@ impl Inner {
         }
     }
 
+    /// The ACL of the nodes this store creates.
+    fn acl(&self) -> Vec<Acl> {
+        node_acl(&self.options)
+    }
+
+    fn denied_reason(&self) -> String {
+        denied_reason(&self.options)
+    }
+
     fn map_err(&self, e: ZkError, op: Operation, path: &str, expected: i64) -> MetadataError {
         let path = path.to_owned();
         match e {
@@ -371,6 +427,11 @@ impl Inner {
                 reason: format!("the connection to ZooKeeper `{}` was lost", self.hosts),
             },
             ZkError::SessionExpired => MetadataError::SessionExpired { op, path },
+            ZkError::NoAuth | ZkError::AuthFailed => MetadataError::PermissionDenied {
+                op,
+                path,
+                reason: self.denied_reason(),
+            },
             ZkError::BadArguments => MetadataError::InvalidArgument {
                 op,
                 path,
@@ -398,7 +459,7 @@ impl Inner {
         loop {
             match conn
                 .zk
-                .create2(full, value.to_vec(), Acl::open_unsafe().clone(), mode)
+                .create2(full, value.to_vec(), self.acl(), mode)
                 .await
             {
                 Ok((actual, stat)) => {
@@ -409,7 +470,7 @@ impl Inner {
                 }
                 Err(ZkError::NoNode) if !parents_made => {
                     parents_made = true;
-                    create_path(&conn.zk, parent(full))
+                    create_path(&conn.zk, parent(full), self.acl())
                         .await
                         .map_err(|e| self.map_err(e, op, path, -1))?;
                 }

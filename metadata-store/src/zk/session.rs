@@ -46,12 +46,27 @@ pub(super) async fn open_session(
     let conn = Conn { zk, generation };
     let ready = async {
         conn.zk.exists("/", false).await?;
-        create_path(&conn.zk, chroot).await
+        if let Some(auth) = &options.auth {
+            auth.send(&conn.zk).await?;
+        }
+        create_path(&conn.zk, chroot, node_acl(options)).await?;
+        if options.auth.is_some() {
+            // `exists` and `create` of an existing node check no ACL: reading
+            // the chroot tells whether the credentials are the right ones.
+            conn.zk.get_children(chroot_node(chroot), false).await?;
+        }
+        Ok(())
     };
     match tokio::time::timeout_at(deadline, ready).await {
         Ok(Ok(())) => Ok(conn),
         outcome => {
+            let denied = matches!(outcome, Ok(Err(ZkError::NoAuth | ZkError::AuthFailed)));
             let reason = match outcome {
+                Ok(Err(ZkError::NoAuth | ZkError::AuthFailed)) => format!(
+                    "opening the chroot `{}` on `{hosts}`: {}",
+                    chroot_node(chroot),
+                    denied_reason(options)
+                ),
                 Ok(Err(e)) => format!("opening a session on `{hosts}` failed: {e:?}"),
                 _ => format!(
                     "no ZooKeeper session on `{hosts}` within {:?}",
@@ -62,13 +77,55 @@ pub(super) async fn open_session(
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(5), conn.zk.close()).await;
             });
+            if denied {
+                return Err(MetadataError::PermissionDenied {
+                    op: Operation::Connect,
+                    path: url.to_owned(),
+                    reason,
+                });
+            }
             Err(unavailable(reason))
         }
     }
 }
 
+/// The chroot as a ZooKeeper path (`/` for none).
+fn chroot_node(chroot: &str) -> &str {
+    if chroot.is_empty() {
+        "/"
+    } else {
+        chroot
+    }
+}
+
+/// The ACL of the nodes a store with these options creates.
+pub(super) fn node_acl(options: &ZkStoreOptions) -> Vec<Acl> {
+    match &options.auth {
+        Some(_) => ZkAuth::acl(),
+        None => Acl::open_unsafe().clone(),
+    }
+}
+
+/// Why ZooKeeper refused access, naming the user (never the password).
+pub(super) fn denied_reason(options: &ZkStoreOptions) -> String {
+    match &options.auth {
+        Some(auth) => format!(
+            "ZooKeeper refused access to the digest user `{}`: wrong password, or the \
+             node's ACL belongs to other credentials",
+            auth.user
+        ),
+        None => "ZooKeeper refused access without credentials: the node's ACL needs them \
+                 (set ZkStoreOptions::auth)"
+            .to_owned(),
+    }
+}
+
 /// Creates every level of `path` (persistent, empty), ignoring existing ones.
-pub(super) async fn create_path(zk: &ZooKeeper, path: &str) -> std::result::Result<(), ZkError> {
+pub(super) async fn create_path(
+    zk: &ZooKeeper,
+    path: &str,
+    acl: Vec<Acl>,
+) -> std::result::Result<(), ZkError> {
     let mut end = 0;
     while end < path.len() {
         end = path[end + 1..]
@@ -78,7 +135,7 @@ pub(super) async fn create_path(zk: &ZooKeeper, path: &str) -> std::result::Resu
             .create(
                 &path[..end],
                 Vec::new(),
-                Acl::open_unsafe().clone(),
+                acl.clone(),
                 zookeeper_async::CreateMode::Persistent,
             )
             .await
@@ -164,6 +221,21 @@ pub(super) async fn supervise(
                 }
             }
             ZkState::Connected | ZkState::ConnectedReadOnly => {
+                if !connected {
+                    // The server forgets the credentials with the connection
+                    // and the client library does not send them again.
+                    if let Some(auth) = &inner.options.auth {
+                        let conn = inner.conn.load_full();
+                        let sent = tokio::time::timeout(
+                            inner.options.operation_timeout,
+                            auth.send(&conn.zk),
+                        )
+                        .await;
+                        if !matches!(sent, Ok(Ok(()))) {
+                            warn!(url = %inner.url, "sending the ZooKeeper credentials again failed");
+                        }
+                    }
+                }
                 inner.set_state_from(ConnState::Disconnected, ConnState::Connected);
                 if !connected {
                     connected = true;
