@@ -45,6 +45,21 @@ pub trait BookKeeper: Send + Sync + Debug {
     ///   ([`Unavailable`](BkErrorKind::Unavailable) or [`Timeout`](BkErrorKind::Timeout)).
     async fn create_ledger(&self, config: &LedgerConfig) -> Result<Arc<dyn WriteHandle>>;
 
+    /// Moves the cluster's ledger id generator forward so that every id it
+    /// hands out from now on is greater than `above` (a generator already
+    /// beyond is left alone: ids never go back). A managed ledger calls it
+    /// when the id it was given is not above its last ledger's — positions
+    /// are ordered by ledger id — and creates again
+    /// (`docs/RELIABILITY.md`, N22).
+    ///
+    /// # Errors
+    /// - `above < 0` → [`InvalidArgument`](BkErrorKind::InvalidArgument) (-14).
+    /// - A client that cannot move its cluster's generator →
+    ///   [`IllegalOp`](BkErrorKind::IllegalOp) naming the cluster (a wrapper
+    ///   forwards to the client it wraps).
+    /// - Cluster unreachable → a retryable error.
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<()>;
+
     /// Create a ledger with the given id (BookKeeper's `createLedgerAdv`).
     ///
     /// # Contract
@@ -145,17 +160,15 @@ pub trait BookKeeper: Send + Sync + Debug {
     async fn close(&self) -> Result<()>;
 
     /// How many bookies of the cluster accept writes now, as far as the client
-    /// knows (`None`: the client has no notion of bookies — the default, and
-    /// what the in-memory client answers).
+    /// knows (`None`: the client has no notion of bookies — what the
+    /// in-memory client answers; a wrapper forwards its inner client's).
     ///
     /// # Contract
     /// Cheap and non-blocking: answered from the client's view of the
     /// cluster's bookie registrations, which follows joins and departures.
     /// Operators' probes use it to refuse a cluster that has no bookie at all
     /// (typically a mistyped ledgers root) before anything is recorded.
-    fn writable_bookies(&self) -> Option<usize> {
-        None
-    }
+    fn writable_bookies(&self) -> Option<usize>;
 }
 
 /// A handle to read one ledger.
@@ -299,9 +312,10 @@ pub trait ClientFactory: Send + Sync + Debug {
     /// its caller (the registry) as `cluster_name`.
     ///
     /// Factories whose clients can carry a name (the real BookKeeper client
-    /// reports it in [`BookKeeper::cluster_name`] and in every error) override
-    /// this; the default ignores the name and calls [`create`](Self::create).
-    /// Callers that know the registered name use this method.
+    /// reports it in [`BookKeeper::cluster_name`] and in every error) give it
+    /// to the client; others may ignore it and [`create`](Self::create) (the
+    /// trait has no defaulted methods, so that a wrapper cannot forget to
+    /// forward one). Callers that know the registered name use this method.
     ///
     /// # Errors
     /// As [`create`](Self::create).
@@ -309,10 +323,7 @@ pub trait ClientFactory: Send + Sync + Debug {
         &self,
         cluster_name: &str,
         metadata_service_uri: &str,
-    ) -> Result<Arc<dyn BookKeeper>> {
-        let _ = cluster_name;
-        self.create(metadata_service_uri).await
-    }
+    ) -> Result<Arc<dyn BookKeeper>>;
 }
 
 #[async_trait]
@@ -324,6 +335,10 @@ impl<T: BookKeeper + ?Sized> BookKeeper for Arc<T> {
 
     async fn create_ledger(&self, config: &LedgerConfig) -> Result<Arc<dyn WriteHandle>> {
         (**self).create_ledger(config).await
+    }
+
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<()> {
+        (**self).advance_ledger_ids_beyond(above).await
     }
 
     async fn create_ledger_adv(

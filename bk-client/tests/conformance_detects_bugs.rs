@@ -97,6 +97,16 @@ impl Buggy {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl BookKeeper for Buggy {
+    async fn advance_ledger_ids_beyond(
+        &self,
+        _above: bkswitch_bk_client::LedgerId,
+    ) -> bkswitch_bk_client::Result<()> {
+        Err(bkswitch_bk_client::BkError::new(
+            bkswitch_bk_client::BkErrorKind::IllegalOp,
+            "this test client has no ledger id generator to advance",
+        ))
+    }
+
     fn cluster_name(&self) -> &str {
         self.inner.cluster_name()
     }
@@ -240,6 +250,20 @@ async fn a_panicking_client_is_reported_under_the_rule_name() {
     struct Panicky;
     #[async_trait]
     impl BookKeeper for Panicky {
+        async fn advance_ledger_ids_beyond(
+            &self,
+            _above: bkswitch_bk_client::LedgerId,
+        ) -> bkswitch_bk_client::Result<()> {
+            Err(bkswitch_bk_client::BkError::new(
+                bkswitch_bk_client::BkErrorKind::IllegalOp,
+                "this test client has no ledger id generator to advance",
+            ))
+        }
+
+        fn writable_bookies(&self) -> Option<usize> {
+            None
+        }
+
         fn cluster_name(&self) -> &str {
             "panicky"
         }

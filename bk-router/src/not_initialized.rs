@@ -32,6 +32,10 @@ impl BookKeeper for NotInitializedClient {
         not_initialized()
     }
 
+    async fn advance_ledger_ids_beyond(&self, _above: LedgerId) -> Result<()> {
+        not_initialized()
+    }
+
     async fn create_ledger_adv(
         &self,
         _ledger_id: LedgerId,

@@ -221,6 +221,10 @@ fn locate(mut e: BkError, state: &ClusterState, ledger_id: LedgerId) -> BkError 
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl BookKeeper for RoutedClient {
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<()> {
+        let i = self.current()?;
+        (*i.client).advance_ledger_ids_beyond(above).await
+    }
     fn cluster_name(&self) -> &str {
         &self.state.name
     }

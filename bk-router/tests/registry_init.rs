@@ -405,6 +405,14 @@ struct LockstepFactory {
 
 #[async_trait::async_trait]
 impl bkswitch_bk_client::ClientFactory for LockstepFactory {
+    async fn create_named(
+        &self,
+        _cluster_name: &str,
+        metadata_service_uri: &str,
+    ) -> bkswitch_bk_client::Result<Arc<dyn bkswitch_bk_client::BookKeeper>> {
+        self.create(metadata_service_uri).await
+    }
+
     async fn create(
         &self,
         uri: &str,

@@ -9,9 +9,8 @@ use bkswitch_admin::Node;
 use bkswitch_admin::{AdminClient, ClientError};
 use bkswitch_bk_client::MemoryClusters;
 use bkswitch_hardening::{clusters, start_node, tree, wait_switched, zk_store, ADMIN};
-use bkswitch_metadata_store::{
-    CreateMode, ExpectedVersion, GetResult, MemoryStore, MetadataStore, Stat, WatchStream,
-};
+use bkswitch_metadata_store::layer::{Call, Layer, Reply};
+use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bkswitch_registry::ClusterStatus;
 
 /// An in-memory session whose every operation first sleeps a little, so that
@@ -31,54 +30,17 @@ impl SlowStore {
 }
 
 #[async_trait::async_trait]
-impl MetadataStore for SlowStore {
-    async fn get(&self, path: &str) -> bkswitch_metadata_store::Result<Option<GetResult>> {
-        self.pause().await;
-        self.inner.get(path).await
-    }
-    async fn put(
-        &self,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-    ) -> bkswitch_metadata_store::Result<Stat> {
-        self.pause().await;
-        self.inner.put(path, value, expected).await
-    }
-    async fn create(
-        &self,
-        path: &str,
-        value: &[u8],
-        mode: CreateMode,
-    ) -> bkswitch_metadata_store::Result<(String, Stat)> {
-        self.pause().await;
-        self.inner.create(path, value, mode).await
-    }
-    async fn delete(
-        &self,
-        path: &str,
-        expected: ExpectedVersion,
-    ) -> bkswitch_metadata_store::Result<()> {
-        self.pause().await;
-        self.inner.delete(path, expected).await
-    }
-    async fn exists(&self, path: &str) -> bkswitch_metadata_store::Result<Option<Stat>> {
-        self.pause().await;
-        self.inner.exists(path).await
-    }
-    async fn children(&self, path: &str) -> bkswitch_metadata_store::Result<Vec<String>> {
-        self.pause().await;
-        self.inner.children(path).await
-    }
-    async fn watch(&self, path: &str) -> bkswitch_metadata_store::Result<WatchStream> {
-        self.inner.watch(path).await
-    }
-    async fn close(&self) -> bkswitch_metadata_store::Result<()> {
-        self.inner.close().await
+impl Layer for SlowStore {
+    fn next(&self) -> Arc<dyn MetadataStore> {
+        Arc::new(self.inner.clone())
     }
 
-    fn session_generation(&self) -> Option<u64> {
-        self.inner.session_generation()
+    /// Every call but watches and close sleeps first.
+    async fn call(&self, call: Call<'_>) -> bkswitch_metadata_store::Result<Reply> {
+        if !matches!(call, Call::Watch { .. } | Call::Close) {
+            self.pause().await;
+        }
+        call.run(&self.inner).await
     }
 }
 

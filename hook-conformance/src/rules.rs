@@ -22,6 +22,7 @@ use bkswitch_bk_client::{BookKeeper, LedgerId, MemoryCluster};
 use bkswitch_metadata_store::testkit::{RecordingStore, WriteOp};
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bkswitch_mledger_spi::StorageHooks;
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{decode_managed_cursor_info, decode_managed_ledger_info, Message, Stamped};
 
@@ -146,15 +147,15 @@ impl World {
 }
 
 fn ml_path() -> String {
-    format!("/managed-ledgers/{NAME}")
+    format!("{MANAGED_LEDGERS_ROOT}/{NAME}")
 }
 
 fn cursor_path() -> String {
-    format!("/managed-ledgers/{NAME}/{CURSOR}")
+    format!("{MANAGED_LEDGERS_ROOT}/{NAME}/{CURSOR}")
 }
 
 fn schema_path() -> String {
-    format!("/schemas/{SCHEMA_ID}")
+    format!("{SCHEMAS_ROOT}/{SCHEMA_ID}")
 }
 
 /// Unwraps an adapter result, failing the rule with what was being done.

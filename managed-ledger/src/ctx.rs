@@ -28,9 +28,6 @@ pub(crate) const CLIENT_START_WAIT: std::time::Duration = std::time::Duration::f
 /// How often it asks the hook again meanwhile.
 const CLIENT_START_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Root of the managed-ledger metadata tree.
-pub(crate) const ROOT: &str = "/managed-ledgers";
-
 /// One managed ledger's name, metadata path, store, clients, config and clock,
 /// shared by the ledger and its cursors.
 #[derive(Debug)]

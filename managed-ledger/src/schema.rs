@@ -101,8 +101,9 @@ use bytes::Bytes;
 pub use error::{Result, SchemaStorageError};
 pub use storage::SchemaStorage;
 
-/// The metadata-store node under which schema locators live.
-pub const SCHEMAS_ROOT: &str = "/schemas";
+/// The metadata-store node under which schema locators live (Pulsar's
+/// `/schemas`, defined in [`bkswitch_proto::paths`]).
+pub const SCHEMAS_ROOT: &str = bkswitch_proto::paths::SCHEMAS_ROOT;
 
 /// The default of [`SchemaStorageOptions::max_attempts`].
 pub const DEFAULT_MAX_ATTEMPTS: usize = 10;

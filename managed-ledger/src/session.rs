@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bkswitch_metadata_store::{MetadataStore, Notification, SessionEvent};
+use bkswitch_proto::paths::MANAGED_LEDGERS_ROOT;
 use futures::StreamExt;
-
-use crate::ctx::ROOT;
 
 /// Whether the metadata store's session is up, as the managed ledgers of one
 /// [`ManagedLedgerFactory`](crate::ManagedLedgerFactory) see it, and how much
@@ -123,7 +122,7 @@ impl MetadataSession {
         self: &Arc<Self>,
         store: &dyn MetadataStore,
     ) -> bkswitch_metadata_store::Result<()> {
-        let mut stream = store.watch(ROOT).await?;
+        let mut stream = store.watch(MANAGED_LEDGERS_ROOT).await?;
         let session = Arc::downgrade(self);
         tokio::spawn(async move {
             while let Some(n) = stream.next().await {

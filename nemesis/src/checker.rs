@@ -3,6 +3,7 @@
 //! holds (issue #20, item 2). A history passes only with zero
 //! [`Violation`]s.
 
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
@@ -79,13 +80,13 @@ fn stamp_of<E: fmt::Display>(
 /// does not decode, or a stamp that does not, is a violation.
 pub async fn references(store: &dyn MetadataStore, out: &mut Violations) -> Vec<Reference> {
     let mut refs = Vec::new();
-    for (path, value) in dump(store, "/managed-ledgers").await {
+    for (path, value) in dump(store, MANAGED_LEDGERS_ROOT).await {
         let topic = TOPICS
             .iter()
-            .find(|t| path == format!("/managed-ledgers/{t}"));
+            .find(|t| path == format!("{MANAGED_LEDGERS_ROOT}/{t}"));
         let cursor_of = TOPICS
             .iter()
-            .find(|t| path.starts_with(&format!("/managed-ledgers/{t}/")));
+            .find(|t| path.starts_with(&format!("{MANAGED_LEDGERS_ROOT}/{t}/")));
         if value.is_empty() {
             if topic.is_some() || cursor_of.is_some() {
                 out.push(
@@ -134,7 +135,7 @@ pub async fn references(store: &dyn MetadataStore, out: &mut Violations) -> Vec<
             }
         }
     }
-    for (path, value) in dump(store, "/schemas").await {
+    for (path, value) in dump(store, SCHEMAS_ROOT).await {
         if value.is_empty() {
             continue;
         }
@@ -255,10 +256,22 @@ async fn check_references(
     out: &mut Violations,
 ) {
     for r in refs {
-        let held = stack
-            .clusters
-            .get(&r.cluster)
-            .is_some_and(|c| c.contains_ledger(r.ledger_id));
+        let cluster = stack.clusters.get(&r.cluster);
+        if cluster
+            .as_ref()
+            .and_then(|c| c.is_metadata_corrupt(r.ledger_id))
+            == Some(true)
+        {
+            out.push(
+                ViolationKind::CorruptMetadata,
+                format!(
+                    "the BookKeeper metadata of {} ledger {} referenced by {} on `{}` does not \
+                     decode",
+                    r.kind, r.ledger_id, r.path, r.cluster
+                ),
+            );
+        }
+        let held = cluster.is_some_and(|c| c.contains_ledger(r.ledger_id));
         if !held {
             let elsewhere: Vec<&str> = CLUSTERS
                 .iter()
@@ -481,7 +494,7 @@ fn check_consumer(
 /// exactly the entries the managed ledger recorded.
 fn check_contents(stack: &Stack, model: &Model, refs: &[Reference], out: &mut Violations) {
     for topic in TOPICS {
-        let path = format!("/managed-ledgers/{topic}");
+        let path = format!("{MANAGED_LEDGERS_ROOT}/{topic}");
         let data: BTreeMap<i64, &Reference> = refs
             .iter()
             .filter(|r| r.kind == "data" && r.path == path)

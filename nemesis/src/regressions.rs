@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::plan::{Op, Plan, Settings};
+use crate::plan::{Op, Plan, Settings, StoreKind};
 use crate::store::WriteKind;
 
 /// A random history that showed a defect.
@@ -23,6 +23,30 @@ pub struct RegressionSeed {
 /// Seeds of random histories that failed, with the defect each one shows.
 /// They replay deterministically and pass once the defect is fixed.
 pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
+    RegressionSeed {
+        seed: 301_017,
+        defect: "N24",
+        failure: "node-0 lost its metadata connection just before a migration flipped it to \
+                  the other tree: its managed ledgers heard the connection lost on the old \
+                  store, the flip re-armed their watch on the target without saying that \
+                  it answers, and they stayed paused (no rollover, no trim) after the \
+                  connection was back (SessionPause). Timing-dependent: about one run in \
+                  eight before the fix (the directed test is \
+                  metadata-migration/tests/flip_session_events.rs)",
+    },
+    RegressionSeed {
+        seed: 90,
+        defect: "N23",
+        failure: "a migration's coordinator frozen in its pause with its session expiring: \
+                  another node took the lead and flipped the migration; thawed, the first \
+                  went on copying its dirty paths and copied the source's old schema \
+                  locator over the one written on the target after the flip (SchemaLost: \
+                  an acknowledged version reads back other data). The coordinator's check \
+                  of its record was a read, which a lagging follower (stale reads) answered \
+                  from before the takeover. Timing-dependent: it failed in about a third of \
+                  its runs before the fix (the directed test is \
+                  metadata-migration/tests/stalled_coordinator.rs)",
+    },
     RegressionSeed {
         seed: 206_302,
         defect: "N21 (issue #36)",
@@ -137,20 +161,63 @@ pub const REGRESSION_SEEDS: &[RegressionSeed] = &[
         defect: "5.12",
         failure: "a second node-2 starts while node-2 runs (DuplicateNode)",
     },
+    RegressionSeed {
+        seed: 204_214,
+        defect: "N20 (issue #36)",
+        failure: "node-2's session expires in a connection loss; a second node-2 registers \
+                  meanwhile; the first, seeing the registration created, stopped checking it \
+                  and ran on beside the second (DuplicateNode after healing)",
+    },
+    RegressionSeed {
+        seed: 209_831,
+        defect: "N20 (issue #36)",
+        failure: "as 204214 for node-1: both nodes with one id still ran after healing \
+                  (DuplicateNode)",
+    },
+    RegressionSeed {
+        seed: 209_961,
+        defect: "N20 (issue #36)",
+        failure: "a duplicate of a node whose session was lost: the first must fail-stop once \
+                  it finds its id taken (DuplicateNode); also N21",
+    },
+    RegressionSeed {
+        seed: 206_430,
+        defect: "N22 (issue #36)",
+        failure: "the idgen of a switch's source advanced while the switch ran: topics could \
+                  not roll over onto the target, whose next id was below their last ledger \
+                  (TopicUnloadable)",
+    },
+    RegressionSeed {
+        seed: 209_628,
+        defect: "N22 (issue #36)",
+        failure: "as 206430, with the switch's directive written late (TopicUnloadable)",
+    },
 ];
 
 /// Seeds that failed through a flaw of the checker, not of bkswitch (found by
 /// the long run, triaged): they replay as regressions of the checker and
 /// must pass.
-pub const CHECKER_SEEDS: &[RegressionSeed] = &[RegressionSeed {
-    seed: 106_720,
-    defect: "checker",
-    failure: "`POST /switch` to `old` answered 409 CONFLICT (the switch to `third` was still \
-              SWITCHED) and the checker reported a recorded switch: its read of the latest \
-              switch before the call failed (the reading node's connection was lost) and \
-              counted as \"no switch\", the read after succeeded. The checker now compares \
-              only two successful reads, through any node that can read",
-}];
+pub const CHECKER_SEEDS: &[RegressionSeed] = &[
+    RegressionSeed {
+        seed: 160,
+        defect: "checker",
+        failure: "`DELETE /third` answered 204 and the checker reported the record still there: \
+                  it read through node-0, whose participant had not followed the migration \
+                  just completed (its reads of the migration record lag, stale reads), so \
+                  it took the tree of the first running node for the tree in use and read \
+                  the tree the nodes had left. The tree in use is now the one no completed \
+                  migration left, and the checker reads through a node on it",
+    },
+    RegressionSeed {
+        seed: 106_720,
+        defect: "checker",
+        failure: "`POST /switch` to `old` answered 409 CONFLICT (the switch to `third` was \
+                  still SWITCHED) and the checker reported a recorded switch: its read of the \
+                  latest switch before the call failed (the reading node's connection was \
+                  lost) and counted as \"no switch\", the read after succeeded. The checker \
+                  now compares only two successful reads, through any node that can read",
+    },
+];
 
 /// A fixed history for a defect randomness does not reach reliably.
 #[derive(Debug, Clone, Copy)]
@@ -429,6 +496,8 @@ pub fn directed_plan(d: &Directed) -> Plan {
             skew_ms: Vec::new(),
             migrations: false,
             buggify_per_mille: 0,
+            store_kind: StoreKind::ZooKeeper,
+            stale_reads: false,
         },
         ops: (d.ops)(),
     }

@@ -25,7 +25,8 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
-use crate::plan::{Settings, CLUSTERS};
+use crate::plan::{Settings, StoreKind, CLUSTERS};
+use crate::stale::Follower;
 use crate::store::NodeStore;
 use crate::traffic::Directory;
 
@@ -122,6 +123,10 @@ pub struct Stack {
     buggified: AtomicU64,
     /// The seed buggify draws from.
     buggify_seed: u64,
+    /// Reads served stale by the followers of trees no longer in use.
+    stale_reads: u64,
+    /// The followers of the tree in use (stale reads, [`crate::stale`]).
+    pub follower: Arc<Follower>,
 }
 
 /// What the managed ledgers' metadata sessions of a history counted
@@ -225,6 +230,10 @@ impl Stack {
         }
         let trees = NamedMemoryStores::new();
         let root = trees.session("a");
+        let follower = Follower::new(&root, seed ^ 0x666f_6c6c_6f77_6572);
+        if settings.stale_reads && settings.store_kind == StoreKind::ZooKeeper {
+            follower.start();
+        }
         let mut stack = Stack {
             root,
             trees,
@@ -240,10 +249,12 @@ impl Stack {
             buggify_on: AtomicBool::new(false),
             buggified: AtomicU64::new(0),
             buggify_seed: 0,
+            stale_reads: 0,
+            follower,
         };
         *stack.directory.lock() = vec![None; stack.settings.nodes];
         for i in 0..stack.settings.nodes {
-            let store = NodeStore::new(&stack.root);
+            let store = NodeStore::new(&stack.root, &stack.follower);
             stack.slots.push(Slot {
                 id: format!("node-{i}"),
                 store,
@@ -304,18 +315,59 @@ impl Stack {
     /// participants use (the checker's session and new nodes' sessions are
     /// opened there).
     pub fn sync_root(&mut self) {
-        let in_use = self
+        // A node may not have followed a completed migration yet (its reads
+        // can lag), or none may have: the tree in use is where the records of
+        // completed migrations lead, from any node's tree.
+        let start = self
             .slots
             .iter()
             .filter_map(|s| s.node.as_ref())
             .filter_map(|n| n.migration().map(|h| h.participant().url()))
             .find_map(|url| url.strip_prefix("memory://").map(str::to_owned));
+        let in_use = start.map(|mut tree| {
+            for _ in 0..4 {
+                match self.moved_to(&tree) {
+                    Some(next) => tree = next,
+                    None => break,
+                }
+            }
+            tree
+        });
         if let Some(tree) = in_use {
             if tree != self.tree {
                 self.root = self.trees.session(&tree);
                 self.tree = tree;
                 self.moves += 1;
+                // New sessions open on the other tree: their followers are
+                // that tree's.
+                let on = self.follower.is_on();
+                self.stale_reads += self.follower.stale_reads();
+                self.follower.stop();
+                self.follower = Follower::new(&self.root, self.moves);
+                if on {
+                    self.follower.start();
+                }
             }
+        }
+    }
+
+    /// Where a completed migration moved the metadata from `tree` (its
+    /// record stays there, naming the other tree as its target).
+    fn moved_to(&self, tree: &str) -> Option<String> {
+        use futures::FutureExt;
+        let store = self.trees.session(tree);
+        // The in-memory tree answers without waiting.
+        let current = bkswitch_metadata_migration::read_current(&store).now_or_never();
+        match current {
+            Some(Ok(Some((rec, _))))
+                if rec.phase == bkswitch_metadata_migration::Phase::Completed =>
+            {
+                rec.target_url
+                    .strip_prefix("memory://")
+                    .filter(|t| *t != tree)
+                    .map(str::to_owned)
+            }
+            _ => None,
         }
     }
 
@@ -350,7 +402,14 @@ impl Stack {
             .with_dual_read_timeout(Some(s.dual_read_timeout))
             .with_auto_cleanup(s.auto_cleanup_interval, 100)
             .with_promote_retry(20, Duration::from_millis(100));
-        cfg.ledger_config = cfg.ledger_config.with_max_entries_per_ledger(8);
+        // BookKeeper's default quorums (E3 WQ2 AQ2 on the three bookies of
+        // a cluster): entries striped, two copies each, so a bookie can lose
+        // its copies while the other keeps them.
+        cfg.ledger_config = cfg
+            .ledger_config
+            .with_max_entries_per_ledger(8)
+            .with_quorums(3, 2, 2)
+            .with_metadata_quorums(3, 2, 2);
         cfg.old_ledger_read_timeout = Duration::from_millis(2_000);
         let skew = id
             .strip_prefix("node-")
@@ -378,7 +437,7 @@ impl Stack {
             return Ok(());
         }
         self.sync_root();
-        let store = NodeStore::new(&self.root);
+        let store = NodeStore::new(&self.root, &self.follower);
         let mut cfg = self.config(&self.slots[i].id, &store);
         if self.settings.migrations {
             cfg = self.with_migration(cfg, &store).await?;
@@ -440,7 +499,7 @@ impl Stack {
     /// The start error (what a fixed node must answer), as text.
     pub async fn start_duplicate(&mut self, i: usize) -> Result<(), String> {
         self.sync_root();
-        let store = NodeStore::new(&self.root);
+        let store = NodeStore::new(&self.root, &self.follower);
         let mut cfg = self.config(&self.slots[i].id, &store);
         if self.settings.migrations {
             cfg = self.with_migration(cfg, &store).await?;
@@ -469,9 +528,23 @@ impl Stack {
         self.slots.get(i).and_then(|s| s.node.as_ref())
     }
 
-    /// The first running node.
+    /// The first running node on the metadata tree in use (one that has not
+    /// followed a migration yet only when there is no other).
     pub fn any_node(&self) -> Option<&Node> {
-        self.slots.iter().find_map(|s| s.node.as_ref())
+        let tree = format!("memory://{}", self.tree);
+        self.slots
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .find(|n| n.migration().is_none_or(|h| h.participant().url() == tree))
+            .or_else(|| self.slots.iter().find_map(|s| s.node.as_ref()))
+    }
+
+    /// The running nodes, those on the metadata tree in use first.
+    pub fn nodes_current_first(&self) -> Vec<&Node> {
+        let tree = format!("memory://{}", self.tree);
+        let mut nodes: Vec<&Node> = self.slots.iter().filter_map(|s| s.node.as_ref()).collect();
+        nodes.sort_by_key(|n| n.migration().is_some_and(|h| h.participant().url() != tree));
+        nodes
     }
 
     /// The in-memory cluster `name`.
@@ -505,9 +578,24 @@ impl Stack {
         Some(call_router_at(router, method, path, body).await)
     }
 
+    /// Every node's session syncs (ZooKeeper's `sync()`): a checker's read
+    /// through a node that follows sees the latest state.
+    pub fn sync_reads(&self) {
+        for s in &self.slots {
+            s.store.reads.sync();
+        }
+    }
+
+    /// Reads answered older than the leader's state so far.
+    pub fn stale_reads(&self) -> u64 {
+        self.stale_reads + self.follower.stale_reads()
+    }
+
     /// Heals every fault: connections back, injected write failures gone,
-    /// clusters reachable and fast.
+    /// reads from the leader, clusters reachable and fast. Lost bookie copies
+    /// stay lost (what is left must serve every read).
     pub fn heal(&self) {
+        self.follower.stop();
         self.buggify_on.store(false, Ordering::SeqCst);
         // Slots whose node is down are counted when they start again.
         self.buggified.fetch_add(

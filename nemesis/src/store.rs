@@ -1,6 +1,7 @@
 //! The metadata store a nemesis node sees: its own session on the shared
-//! in-memory tree, behind a [`Gate`] (connection loss, a crashed node's dead
-//! session) and a [`RecordingStore`] (ambiguous writes:
+//! in-memory tree, read through a follower ([`StaleReads`]), behind a
+//! [`Gate`] (connection loss, a crashed node's dead session) and a
+//! [`RecordingStore`] (ambiguous writes:
 //! [`InjectedFailure::AppliedThenUnavailable`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,11 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bkswitch_managed_ledger::testkit::{InjectedFailure, RecordingStore};
-use bkswitch_metadata_store::{
-    CreateMode, ExpectedVersion, GetResult, MemoryStore, MetadataError, MetadataStore, Operation,
-    Result, Stat, WatchStream,
-};
+use bkswitch_metadata_store::layer::{Call, Layer, Reply};
+use bkswitch_metadata_store::{MemoryStore, MetadataError, MetadataStore, Operation, Result};
 use parking_lot::Mutex;
+
+use crate::stale::{Follower, StaleReads};
 
 /// A [`MetadataStore`] wrapper that can lose its connection: while it is
 /// [down](Gate::set_down) every call fails at once with the retryable
@@ -242,92 +243,44 @@ impl Gate {
 }
 
 #[async_trait]
-impl MetadataStore for Gate {
-    async fn get(&self, path: &str) -> Result<Option<GetResult>> {
-        self.thawed().await;
-        self.check_read(Operation::Get, path)?;
-        self.inner.get(path).await
+impl Layer for Gate {
+    fn next(&self) -> Arc<dyn MetadataStore> {
+        self.inner.clone()
     }
 
-    async fn put(&self, path: &str, value: &[u8], expected: ExpectedVersion) -> Result<Stat> {
+    async fn call(&self, call: Call<'_>) -> Result<Reply> {
+        if call == Call::Close {
+            return call.run(self.inner.as_ref()).await;
+        }
         self.thawed().await;
-        let fail_after = self.check_write(Operation::Put, path)?;
-        if let Some(delay) = self.late_for(path) {
-            let (inner, p, v) = (self.inner.clone(), path.to_owned(), value.to_vec());
+        let (op, path) = (call.operation(), call.path());
+        if !call.is_write() {
+            self.check_read(op, path)?;
+            return call.run(self.inner.as_ref()).await;
+        }
+        let fail_after = self.check_write(op, path)?;
+        let may_land_late = matches!(
+            call,
+            Call::Put { .. } | Call::PutVersion { .. } | Call::Delete { .. }
+        );
+        // Only these land late (a create is answered or not applied); a
+        // create must not use up the armed count.
+        if let Some(delay) = may_land_late.then(|| self.late_for(path)).flatten() {
+            let (inner, late) = (self.inner.clone(), call.to_owned_call());
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                let _ = inner.put(&p, &v, expected).await;
+                let _ = late.as_call().run(inner.as_ref()).await;
             });
-            return Err(Self::too_late(Operation::Put, path));
+            return Err(Self::too_late(op, path));
         }
-        let r = self.inner.put(path, value, expected).await;
+        let r = call.run(self.inner.as_ref()).await;
         if fail_after {
-            return r.and(Err(Self::buggified_error(Operation::Put, path, true)));
+            return r.and(Err(Self::buggified_error(op, path, true)));
         }
         if self.trapped(path) {
-            return r.and(Err(Self::lost(Operation::Put, path)));
+            return r.and(Err(Self::lost(op, path)));
         }
         r
-    }
-
-    async fn create(&self, path: &str, value: &[u8], mode: CreateMode) -> Result<(String, Stat)> {
-        self.thawed().await;
-        let fail_after = self.check_write(Operation::Create, path)?;
-        let r = self.inner.create(path, value, mode).await;
-        if fail_after {
-            return r.and(Err(Self::buggified_error(Operation::Create, path, true)));
-        }
-        if self.trapped(path) {
-            return r.and(Err(Self::lost(Operation::Create, path)));
-        }
-        r
-    }
-
-    async fn delete(&self, path: &str, expected: ExpectedVersion) -> Result<()> {
-        self.thawed().await;
-        let fail_after = self.check_write(Operation::Delete, path)?;
-        if let Some(delay) = self.late_for(path) {
-            let (inner, p) = (self.inner.clone(), path.to_owned());
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = inner.delete(&p, expected).await;
-            });
-            return Err(Self::too_late(Operation::Delete, path));
-        }
-        let r = self.inner.delete(path, expected).await;
-        if fail_after {
-            return r.and(Err(Self::buggified_error(Operation::Delete, path, true)));
-        }
-        if self.trapped(path) {
-            return r.and(Err(Self::lost(Operation::Delete, path)));
-        }
-        r
-    }
-
-    async fn exists(&self, path: &str) -> Result<Option<Stat>> {
-        self.thawed().await;
-        self.check_read(Operation::Exists, path)?;
-        self.inner.exists(path).await
-    }
-
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.thawed().await;
-        self.check_read(Operation::Children, path)?;
-        self.inner.children(path).await
-    }
-
-    async fn watch(&self, path: &str) -> Result<WatchStream> {
-        self.thawed().await;
-        self.check_read(Operation::Watch, path)?;
-        self.inner.watch(path).await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-
-    fn session_generation(&self) -> Option<u64> {
-        self.inner.session_generation()
     }
 }
 
@@ -382,8 +335,8 @@ impl WriteKind {
     }
 }
 
-/// One node's view of the metadata store: its own session, the gate and the
-/// recorder, innermost first.
+/// One node's view of the metadata store: its own session, its reads
+/// through a follower, the gate and the recorder, innermost first.
 #[derive(Debug, Clone)]
 pub struct NodeStore {
     /// The node's session on the shared tree (expire it for a session fault).
@@ -392,18 +345,24 @@ pub struct NodeStore {
     pub gate: Arc<Gate>,
     /// Ambiguous and failed writes.
     pub recorder: Arc<RecordingStore>,
+    /// Reads through a follower ([`StaleReads::sync`] before a checker's
+    /// read through the node).
+    pub reads: Arc<StaleReads>,
 }
 
 impl NodeStore {
-    /// A new session on `root`'s tree, connected, without faults.
-    pub fn new(root: &MemoryStore) -> NodeStore {
+    /// A new session on `root`'s tree, connected, without faults; its reads
+    /// go through `follower` (stale while it is on, see [`crate::stale`]).
+    pub fn new(root: &MemoryStore, follower: &Arc<Follower>) -> NodeStore {
         let session = root.new_session();
-        let gate = Arc::new(Gate::new(Arc::new(session.clone())));
+        let reads = Arc::new(StaleReads::new(Arc::new(session.clone()), follower.clone()));
+        let gate = Arc::new(Gate::new(reads.clone()));
         let recorder = Arc::new(RecordingStore::new(gate.clone()));
         NodeStore {
             session,
             gate,
             recorder,
+            reads,
         }
     }
 

@@ -44,6 +44,9 @@ pub struct Model {
     /// Violations the traffic saw while the history ran (a cursor reopened
     /// behind or ahead of what was acknowledged, a consumer gap, wrong data).
     pub observed: Vec<Violation>,
+    /// The errors of failed calls that name corrupt or undecodable metadata
+    /// (the system refusing damaged metadata loudly), in order.
+    pub refusals: Vec<String>,
 }
 
 impl Model {
@@ -63,6 +66,15 @@ impl Model {
 
     fn fail(&mut self, kind: &'static str) {
         *self.failures.entry(kind).or_default() += 1;
+    }
+
+    /// A failed call, with its error: one naming corrupt metadata is kept.
+    fn fail_with(&mut self, kind: &'static str, error: &dyn std::fmt::Display) {
+        self.fail(kind);
+        let text = error.to_string();
+        if (text.contains("corrupt") || text.contains("decode")) && self.refusals.len() < 10_000 {
+            self.refusals.push(text);
+        }
     }
 
     fn observe(&mut self, kind: ViolationKind, message: String) {
@@ -134,6 +146,11 @@ impl Traffic {
     /// A copy of the model so far.
     pub fn model(&self) -> Model {
         self.model.lock().clone()
+    }
+
+    /// The model as it is being recorded.
+    pub fn shared_model(&self) -> Arc<Mutex<Model>> {
+        self.model.clone()
     }
 
     /// Stops the traffic (the round in progress finishes) and returns the
@@ -235,7 +252,11 @@ async fn publish_pair(h: &Handle, topic: &str, seq: &mut u64, model: &Mutex<Mode
     for (n, r) in [(a, ra), (b, rb)] {
         match r {
             Ok(Ok(pos)) => m.acked.entry(topic.to_owned()).or_default().push((pos, n)),
-            _ => {
+            Ok(Err(e)) => {
+                m.fail_with("publish", &e);
+                failed = true;
+            }
+            Err(_) => {
                 m.fail("publish");
                 failed = true;
             }
@@ -255,7 +276,11 @@ async fn consume(
     let entries = match tokio::time::timeout(CALL_TIMEOUT, h.cursor.read_entries(READ_BATCH)).await
     {
         Ok(Ok(entries)) => entries,
-        _ => {
+        Ok(Err(e)) => {
+            model.lock().fail_with("read", &e);
+            return true;
+        }
+        Err(_) => {
             model.lock().fail("read");
             return true;
         }
@@ -273,9 +298,12 @@ async fn consume(
             }
             false
         }
-        _ => {
+        r => {
             let mut m = model.lock();
-            m.fail("mark-delete");
+            match r {
+                Ok(Err(e)) => m.fail_with("mark-delete", &e),
+                _ => m.fail("mark-delete"),
+            }
             m.md_attempts
                 .entry(topic.to_owned())
                 .or_default()
@@ -363,7 +391,8 @@ async fn schema_traffic(directory: Directory, stop: Arc<AtomicBool>, model: Arc<
         if let Some(node) = node {
             match tokio::time::timeout(CALL_TIMEOUT, node.schemas().put(id, &data, &data)).await {
                 Ok(Ok(v)) => model.lock().schemas.push((id.to_owned(), v.0, data)),
-                _ => model.lock().fail("schema put"),
+                Ok(Err(e)) => model.lock().fail_with("schema put", &e),
+                Err(_) => model.lock().fail("schema put"),
             }
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -384,9 +413,16 @@ async fn open(
             continue;
         };
         let opened = tokio::time::timeout(Duration::from_secs(15), node.open_topic(topic)).await;
-        let Ok(Ok(ml)) = opened else {
-            model.lock().fail("open topic");
-            continue;
+        let ml = match opened {
+            Ok(Ok(ml)) => ml,
+            Ok(Err(e)) => {
+                model.lock().fail_with("open topic", &e);
+                continue;
+            }
+            Err(_) => {
+                model.lock().fail("open topic");
+                continue;
+            }
         };
         let cursor = tokio::time::timeout(
             CALL_TIMEOUT,
@@ -403,8 +439,11 @@ async fn open(
                     cursor,
                 });
             }
-            _ => {
-                model.lock().fail("open cursor");
+            r => {
+                match r {
+                    Ok(Err(e)) => model.lock().fail_with("open cursor", &e),
+                    _ => model.lock().fail("open cursor"),
+                }
                 let _ = tokio::time::timeout(CALL_TIMEOUT, node.unload_topic(topic)).await;
             }
         }

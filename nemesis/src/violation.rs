@@ -55,6 +55,10 @@ pub enum ViolationKind {
     /// A read delivered data that was never written to this topic (a read
     /// served from the wrong cluster, or corrupt data).
     WrongData,
+    /// Metadata the nemesis corrupted was overwritten or deleted while it
+    /// did not decode, or a node took it for metadata (loaded a managed
+    /// ledger or cursor from it).
+    CorruptionMishandled,
 }
 
 /// One violation, with a message saying what and where.

@@ -287,3 +287,143 @@ fn a_delivery_from_elsewhere_or_past_an_acknowledged_message_is_seen_as_it_happe
     assert_eq!(m.observed.last().unwrap().kind, ViolationKind::WrongData);
     assert_eq!(m.delivered[topic].len(), 2);
 }
+
+#[test]
+fn a_bookie_losing_copies_loses_nothing_and_an_entry_without_copies_is_reported() {
+    runtime().block_on(async {
+        let (mut stack, model) = healed_stack_with_traffic().await;
+        let node = stack.any_node().unwrap().clone();
+        // One bookie of `old` loses its disk: every entry keeps a copy (E3
+        // WQ2), the checker reads everything from the others.
+        let old = stack.cluster("old");
+        let lost = old.lose_bookie(&old.bookies()[1].clone(), false);
+        assert!(lost > 10, "{lost} copies lost");
+        let mut found = Violations::default();
+        check(&stack, &node, &model, &mut found).await;
+        assert!(found.0.is_empty(), "{:?}", found.0);
+
+        // The fault allowed to take every copy of an acknowledged entry: lost,
+        // and reported.
+        let topic = TOPICS[2].to_owned();
+        let (pos, n) = *model.acked[&topic].last().unwrap();
+        for b in old.bookies().to_vec() {
+            old.lose_copies(pos.ledger_id, &b, pos.entry_id, pos.entry_id, true);
+        }
+        assert_eq!(old.copies(pos.ledger_id, pos.entry_id), Some(0));
+        let mut found = Violations::default();
+        check(&stack, &node, &model, &mut found).await;
+        let want = format!("#{n} at");
+        assert!(
+            found
+                .0
+                .iter()
+                .any(|v| v.kind == ViolationKind::LedgerContents && v.message.contains(&want)),
+            "{:?}",
+            found.0
+        );
+        assert!(
+            found
+                .0
+                .iter()
+                .any(|v| v.kind == ViolationKind::MessageLost && v.message.contains(&topic)),
+            "{:?}",
+            found.0
+        );
+        stack.shutdown().await;
+    });
+}
+
+#[test]
+fn corrupt_metadata_overwritten_deleted_or_left_undecodable_is_reported() {
+    use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
+    use bkswitch_nemesis::corrupt::{corrupt_ledger, corrupt_node, repair, Damaged};
+    runtime().block_on(async {
+        let (mut stack, model) = healed_stack_with_traffic().await;
+        let node = stack.any_node().unwrap().clone();
+        let clusters = stack.clusters.clone();
+
+        // Repaired untouched: restored, nothing reported.
+        let cursor = format!("/managed-ledgers/{}/sub", TOPICS[0]);
+        let d = corrupt_node(&stack.root, &cursor).await.unwrap();
+        let mut found = Violations::default();
+        let r = repair(&stack.root, &clusters, &d, &mut found).await;
+        assert!(
+            r.contains("restored") && found.0.is_empty(),
+            "{r}: {:?}",
+            found.0
+        );
+
+        // Overwritten while corrupt (even with the bytes it had before).
+        let ml = format!("/managed-ledgers/{}", TOPICS[1]);
+        let d = corrupt_node(&stack.root, &ml).await.unwrap();
+        let Damaged::Node { original, .. } = &d else {
+            unreachable!()
+        };
+        stack
+            .root
+            .put(&ml, original, ExpectedVersion::Any)
+            .await
+            .unwrap();
+        let mut found = Violations::default();
+        repair(&stack.root, &clusters, &d, &mut found).await;
+        assert_eq!(kinds(&found), vec![ViolationKind::CorruptionMishandled]);
+        assert!(found.0[0].message.contains("overwritten"), "{:?}", found.0);
+
+        // Deleted while corrupt.
+        let schema = "/schemas/t/ns1/a";
+        let d = corrupt_node(&stack.root, schema).await.unwrap();
+        stack
+            .root
+            .delete(schema, ExpectedVersion::Any)
+            .await
+            .unwrap();
+        let mut found = Violations::default();
+        repair(&stack.root, &clusters, &d, &mut found).await;
+        assert_eq!(kinds(&found), vec![ViolationKind::CorruptionMishandled]);
+        assert!(found.0[0].message.contains("deleted"), "{:?}", found.0);
+        let Damaged::Node { original, .. } = &d else {
+            unreachable!()
+        };
+        stack
+            .root
+            .put(schema, original, ExpectedVersion::NotExists)
+            .await
+            .unwrap();
+
+        // A ledger's BookKeeper metadata left undecodable: the checker says
+        // so, and the topic whose ledger it is cannot be read back.
+        let data = references(&stack.root, &mut Violations::default())
+            .await
+            .into_iter()
+            .find(|r| r.kind == "data" && r.path.ends_with(TOPICS[3]) && r.entries > 0)
+            .expect("a closed data ledger");
+        let c = stack.cluster(&data.cluster);
+        let ids = c.ledger_ids();
+        let pick = ids.iter().position(|id| *id == data.ledger_id).unwrap() as u64;
+        let d = corrupt_ledger(&c, pick).unwrap();
+        let mut found = Violations::default();
+        check(&stack, &node, &model, &mut found).await;
+        let name = format!("ledger {}", data.ledger_id);
+        assert!(
+            found
+                .0
+                .iter()
+                .any(|v| v.kind == ViolationKind::CorruptMetadata && v.message.contains(&name)),
+            "{:?}",
+            found.0
+        );
+        assert!(
+            found.0.iter().any(|v| v.kind == ViolationKind::MessageLost
+                && v.message.contains(TOPICS[3])
+                && v.message.contains("cannot be decoded")),
+            "{:?}",
+            found.0
+        );
+        // Restored from the backup: everything reads back.
+        let mut found = Violations::default();
+        repair(&stack.root, &clusters, &d, &mut found).await;
+        check(&stack, &node, &model, &mut found).await;
+        assert!(found.0.is_empty(), "{:?}", found.0);
+        stack.shutdown().await;
+    });
+}

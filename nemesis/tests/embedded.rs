@@ -57,6 +57,17 @@ fn random_embedded_histories_have_no_violation() {
         totals.sessions.losses > 0 && totals.sessions.deferred_rollovers > 0,
         "{totals:?}"
     );
+    // Below the metadata: bookies lose copies, metadata is corrupted (and
+    // the traffic is refused over it, naming it), reads are stale.
+    assert!(totals.copies_lost > 100, "{totals:?}");
+    assert!(
+        totals.corruptions > 20 && totals.corruptions_refused > 5,
+        "{totals:?}"
+    );
+    assert!(
+        totals.stale_histories > 20 && totals.stale_reads > 100,
+        "{totals:?}"
+    );
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for o in &failed {
         for k in o.kinds() {

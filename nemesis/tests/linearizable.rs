@@ -4,7 +4,7 @@
 //! In memory with injected write failures (clean and applied-then-failed),
 //! through `MigratingStore`s across a migration's flip, on a real ZooKeeper
 //! and (feature `etcd`) a real etcd; and the checker catches a store that
-//! answers from a replica behind.
+//! answers from a replica behind, and reads through lagging followers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +107,56 @@ fn a_replica_behind_is_caught() {
         });
     }
     assert!(caught > 20, "only {caught} of 40 split histories caught");
+}
+
+/// Sessions reading through lagging followers (ZooKeeper's stale reads,
+/// `bkswitch_nemesis::stale`, as the nemesis injects them): histories that
+/// are not linearizable, caught by the checker.
+#[test]
+fn stale_reads_through_followers_are_caught() {
+    use bkswitch_nemesis::stale::{Follower, StaleReads};
+    let mut caught = 0;
+    for seed in 0..40u64 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let tree = MemoryStore::new();
+            let follower = Follower::new(&tree, seed);
+            follower.start();
+            let recorder = Recorder::new();
+            let tasks: Vec<_> = (0..CLIENTS)
+                .map(|i| {
+                    let store: Arc<dyn MetadataStore> = Arc::new(StaleReads::new(
+                        Arc::new(tree.new_session()),
+                        follower.clone(),
+                    ));
+                    tokio::spawn(client(
+                        recorder.clone(),
+                        store,
+                        "/lin".to_owned(),
+                        i,
+                        CALLS,
+                        seed * 31 + u64::from(i),
+                        Duration::from_millis(400),
+                    ))
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            follower.stop();
+            if recorder.check().is_err() {
+                caught += 1;
+            }
+        });
+    }
+    assert!(
+        caught >= 10,
+        "only {caught} of 40 histories with stale reads caught"
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@
 pub mod attribution;
 #[cfg(feature = "codec")]
 pub mod codec;
+pub mod paths;
 
 pub mod ml {
     //! Managed-ledger metadata (`MLDataFormats`, proto2, no package).
@@ -58,4 +59,5 @@ pub use codec::{
     decode_managed_cursor_info, decode_managed_ledger_info, encode_managed_cursor_info,
     encode_managed_ledger_info, CodecError, MetadataKind,
 };
+pub use paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 pub use prost::Message;

@@ -6,9 +6,9 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use bkswitch_metadata_store::layer::{Call, Layer, Reply};
 use bkswitch_metadata_store::{
-    CreateMode, ExpectedVersion, GetResult, MemoryStore, MetadataError, MetadataStore, Operation,
-    Stat, WatchStream, ZkStore, ZkStoreOptions,
+    ExpectedVersion, MemoryStore, MetadataError, MetadataStore, Operation, ZkStore, ZkStoreOptions,
 };
 use bkswitch_registry::{LeaderElection, Registry};
 use bkswitch_zk_harness::ZkServer;
@@ -170,60 +170,31 @@ fn lost(op: Operation, path: &str) -> MetadataError {
 }
 
 #[async_trait]
-impl MetadataStore for LossyStore {
-    async fn get(&self, path: &str) -> bkswitch_metadata_store::Result<Option<GetResult>> {
-        self.inner.get(path).await
-    }
-    async fn put(
-        &self,
-        path: &str,
-        value: &[u8],
-        expected: ExpectedVersion,
-    ) -> bkswitch_metadata_store::Result<Stat> {
-        self.inner.put(path, value, expected).await
-    }
-    async fn create(
-        &self,
-        path: &str,
-        value: &[u8],
-        mode: CreateMode,
-    ) -> bkswitch_metadata_store::Result<(String, Stat)> {
-        if take(&self.lose_requests) {
-            return Err(lost(Operation::Create, path));
-        }
-        let created = self.inner.create(path, value, mode).await?;
-        if take(&self.lose_replies) {
-            let n = self.listing_failures_after_loss.swap(0, Ordering::AcqRel);
-            self.fail_listings.fetch_add(n, Ordering::AcqRel);
-            return Err(lost(Operation::Create, path));
-        }
-        Ok(created)
-    }
-    async fn delete(
-        &self,
-        path: &str,
-        expected: ExpectedVersion,
-    ) -> bkswitch_metadata_store::Result<()> {
-        self.inner.delete(path, expected).await
-    }
-    async fn exists(&self, path: &str) -> bkswitch_metadata_store::Result<Option<Stat>> {
-        self.inner.exists(path).await
-    }
-    async fn children(&self, path: &str) -> bkswitch_metadata_store::Result<Vec<String>> {
-        if take(&self.fail_listings) {
-            return Err(lost(Operation::Children, path));
-        }
-        self.inner.children(path).await
-    }
-    async fn watch(&self, path: &str) -> bkswitch_metadata_store::Result<WatchStream> {
-        self.inner.watch(path).await
-    }
-    async fn close(&self) -> bkswitch_metadata_store::Result<()> {
-        self.inner.close().await
+impl Layer for LossyStore {
+    fn next(&self) -> Arc<dyn MetadataStore> {
+        self.inner.clone()
     }
 
-    fn session_generation(&self) -> Option<u64> {
-        self.inner.session_generation()
+    /// Loses creates' requests or replies, and fails listings, as armed.
+    async fn call(&self, call: Call<'_>) -> bkswitch_metadata_store::Result<Reply> {
+        match call {
+            Call::Create { path, .. } => {
+                if take(&self.lose_requests) {
+                    return Err(lost(Operation::Create, path));
+                }
+                let created = call.run(self.inner.as_ref()).await?;
+                if take(&self.lose_replies) {
+                    let n = self.listing_failures_after_loss.swap(0, Ordering::AcqRel);
+                    self.fail_listings.fetch_add(n, Ordering::AcqRel);
+                    return Err(lost(Operation::Create, path));
+                }
+                Ok(created)
+            }
+            Call::Children { path } if take(&self.fail_listings) => {
+                Err(lost(Operation::Children, path))
+            }
+            _ => call.run(self.inner.as_ref()).await,
+        }
     }
 }
 
@@ -330,6 +301,7 @@ fn zk_options(session_secs: u64, reconnect_ms: u64) -> ZkStoreOptions {
         operation_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(10),
         reconnect_delay: Duration::from_millis(reconnect_ms),
+        auth: None,
     }
 }
 

@@ -3,16 +3,12 @@
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
 use bkswitch_proto::ml::{CompressionType, ManagedCursorInfo, ManagedCursorInfoMetadata};
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::LedgerKind;
-
-/// Root of the managed-ledger tree.
-pub(crate) const ML_ROOT: &str = "/managed-ledgers";
-/// Root of the schema locators.
-pub(crate) const SCHEMAS_ROOT: &str = "/schemas";
 
 /// A schema or cursor ledger found in the metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +152,7 @@ impl Pages {
     pub(crate) fn new() -> Pages {
         Pages {
             schemas: Some(Walk::new(SCHEMAS_ROOT)),
-            mls: Walk::new(ML_ROOT),
+            mls: Walk::new(MANAGED_LEDGERS_ROOT),
         }
     }
 
@@ -230,7 +226,9 @@ pub(crate) fn cursor_ledger(path: &str, value: &[u8]) -> Option<Found> {
         return None;
     }
     let (parent, name) = path.rsplit_once('/')?;
-    let ml = parent.strip_prefix(ML_ROOT)?.strip_prefix('/')?;
+    let ml = parent
+        .strip_prefix(MANAGED_LEDGERS_ROOT)?
+        .strip_prefix('/')?;
     let stamp = match info.cluster_stamp() {
         Ok(s) => s.map(str::to_owned),
         Err(e) => {

@@ -4,12 +4,13 @@
 
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::decode_managed_ledger_info;
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::scan::{decode_cursor, visit, ML_ROOT, SCHEMAS_ROOT};
+use crate::scan::{decode_cursor, visit};
 
 /// How many ledger ids [`KindUsage::sample`] keeps.
 pub const USAGE_SAMPLE: usize = 10;
@@ -152,7 +153,7 @@ pub(crate) async fn usage(
         Ok(())
     })
     .await?;
-    visit(store, ML_ROOT, |path, value| {
+    visit(store, MANAGED_LEDGERS_ROOT, |path, value| {
         if let Ok(info) = decode_managed_ledger_info(&value) {
             for l in &info.ledger_info {
                 match l.cluster_stamp() {

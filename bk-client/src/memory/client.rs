@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use super::cluster::{remove_locked, FencedRecreateFailure, MemoryCluster, OpKind};
 use super::handle::{ClientState, Ctx, MemoryReadHandle, MemoryWriteHandle};
 use super::ledger::{Completions, LedgerCell};
+use super::replicas::corrupt_metadata_error;
 use crate::api::{BookKeeper, ReadHandle, WriteHandle};
 use crate::error::{BkError, BkErrorKind, Result};
 use crate::types::{
@@ -196,6 +197,9 @@ impl MemoryBookKeeper {
             if d.deleted {
                 return Err(missing());
             }
+            if d.metadata_corrupt {
+                return Err(corrupt_metadata_error(&inner.name, ledger_id, what));
+            }
             if d.metadata.password != password {
                 return Err(inner.err(
                     BkErrorKind::UnauthorizedAccess,
@@ -214,8 +218,41 @@ impl MemoryBookKeeper {
                 ));
             }
             if recovery && d.metadata.state != LedgerState::Closed {
-                // Fence, then close at the last recoverable entry.
+                // Fence, then close at the last recoverable entry. The
+                // bookies' headers confirm the entry before the last one: the
+                // last is read from any bookie still holding it and written
+                // back to its whole write set; with no copy left the recovery
+                // cannot tell whether it was acknowledged (replicas.rs).
                 d.fenced = true;
+                let lac = d.lac;
+                let unknown = lac >= 0 && d.copies(lac) == 0;
+                if unknown {
+                    let ws = d.write_set(lac).len();
+                    let cluster = inner.name.clone();
+                    d.fail_pending(&mut done, |entry_id| {
+                        BkError::new(
+                            BkErrorKind::LedgerFenced,
+                            format!(
+                                "add of entry {entry_id} failed: a recovery open fenced the ledger"
+                            ),
+                        )
+                        .with_cluster(cluster.clone())
+                        .with_ledger(ledger_id)
+                    });
+                    drop(d);
+                    done.fire();
+                    return Err(inner.err(
+                        BkErrorKind::Unavailable,
+                        Some(ledger_id),
+                        format!(
+                            "{what} failed: recovery cannot tell whether entry {lac} was \
+                             acknowledged: none of the {ws} bookies of its write set holds a copy"
+                        ),
+                    ));
+                }
+                if lac >= 0 {
+                    d.rereplicate(lac);
+                }
                 d.seal();
                 let cluster = inner.name.clone();
                 d.fail_pending(&mut done, |entry_id| {
@@ -258,6 +295,31 @@ impl MemoryCluster {
 impl BookKeeper for MemoryBookKeeper {
     fn cluster_name(&self) -> &str {
         self.cluster.name()
+    }
+
+    /// `None`: an in-memory cluster has no bookies.
+    fn writable_bookies(&self) -> Option<usize> {
+        None
+    }
+
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<()> {
+        if above < 0 {
+            return Err(self.cluster.inner.err(
+                BkErrorKind::InvalidArgument,
+                None,
+                format!("cannot advance the ledger id generator beyond {above}: ids are >= 0"),
+            ));
+        }
+        self.cluster.inner.gate(OpKind::Create, None).await?;
+        let next = above.saturating_add(1);
+        if self.cluster.next_ledger_id() >= next {
+            return Ok(());
+        }
+        match self.cluster.advance_ledger_id_to(next) {
+            // Another caller moved it past `next` meanwhile.
+            Err(_) if self.cluster.next_ledger_id() >= next => Ok(()),
+            r => r,
+        }
     }
 
     async fn create_ledger(&self, config: &LedgerConfig) -> Result<Arc<dyn WriteHandle>> {

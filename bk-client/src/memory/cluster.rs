@@ -582,11 +582,15 @@ impl MemoryCluster {
     }
 
     /// The stored bytes of one entry (below or above a gap), as the bookies
-    /// hold them: `None` when the ledger or the entry is not there. A checker
+    /// hold them: `None` when the ledger or the entry is not there, or every
+    /// bookie of its write set lost its copy. A checker
     /// reads what was acknowledged straight off the cluster with this.
     pub fn entry(&self, ledger_id: LedgerId, entry_id: EntryId) -> Option<Bytes> {
         let cell = self.inner.ledger(ledger_id)?;
         let d = cell.data.lock();
+        if d.first_lost(entry_id, entry_id).is_some() {
+            return None; // every copy lost
+        }
         usize::try_from(entry_id)
             .ok()
             .and_then(|i| d.entries.get(i).cloned())

@@ -116,6 +116,16 @@ impl MemoryClientFactory {
 
 #[async_trait]
 impl ClientFactory for MemoryClientFactory {
+    /// The in-memory cluster is named by its URI; `cluster_name` is not used.
+    async fn create_named(
+        &self,
+        cluster_name: &str,
+        metadata_service_uri: &str,
+    ) -> Result<Arc<dyn BookKeeper>> {
+        let _ = cluster_name;
+        self.create(metadata_service_uri).await
+    }
+
     async fn create(&self, metadata_service_uri: &str) -> Result<Arc<dyn BookKeeper>> {
         let name = MemoryClientFactory::cluster_name_of(metadata_service_uri)?;
         if self.create_missing {

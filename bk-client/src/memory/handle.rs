@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 use super::cluster::{AddPlan, ClusterInner, OpKind};
 use super::ledger::{Completions, LedgerCell, LedgerData, WriterStatus};
+use super::replicas::{corrupt_metadata_error, lost_error};
 use crate::api::{ReadHandle, WriteHandle};
 use crate::error::{BkError, BkErrorKind, Result};
 use crate::types::{EntryId, LedgerEntry, LedgerId, LedgerMetadata};
@@ -106,6 +107,15 @@ impl Ctx {
         if d.deleted {
             return Err(self.deleted("read", cell.id));
         }
+        if let Some((entry, bookies)) = d.first_lost(first, last) {
+            return Err(lost_error(
+                &self.cluster.name,
+                cell.id,
+                "read",
+                entry,
+                &bookies,
+            ));
+        }
         Ok(d.confirmed_range(first, last))
     }
 
@@ -122,6 +132,15 @@ impl Ctx {
         let d = cell.data.lock();
         if d.deleted {
             return Err(self.deleted(WHAT, cell.id));
+        }
+        if let Some((entry, bookies)) = d.first_lost(first, last) {
+            return Err(lost_error(
+                &self.cluster.name,
+                cell.id,
+                WHAT,
+                entry,
+                &bookies,
+            ));
         }
         d.stored_range(first, last).ok_or_else(|| {
             self.err(
@@ -530,6 +549,11 @@ impl ReadHandle for MemoryWriteHandle {
         let mut d = self.cell.data.lock();
         if d.writer.sealed_by_writer {
             return Ok(());
+        }
+        if d.metadata_corrupt && !d.deleted {
+            // The seal's compare-and-set finds another version, and the
+            // metadata read back does not decode.
+            return Err(corrupt_metadata_error(&ctx.cluster.name, id, WHAT));
         }
         if d.deleted {
             return Err(ctx.err(

@@ -1,7 +1,7 @@
 //! One ledger of an in-memory cluster: metadata, stored entries and the state of its
 //! single writer, all behind one lock that is never held across an await.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -32,6 +32,8 @@ impl LedgerCell {
                 length: 0,
                 fenced: false,
                 deleted: false,
+                lost: BTreeMap::new(),
+                metadata_corrupt: false,
                 writer: WriterState {
                     adv,
                     next_entry_id: 0,
@@ -86,6 +88,14 @@ pub(crate) struct LedgerData {
     pub(crate) fenced: bool,
     /// The ledger was deleted (entries dropped; stale handles get -7).
     pub(crate) deleted: bool,
+    /// Copies lost on single bookies (a fault): per bookie index of the
+    /// ensemble, the stored entries whose copy that bookie no longer holds.
+    /// An entry is readable while one bookie of its write set still holds it
+    /// (see `replicas.rs`).
+    pub(crate) lost: BTreeMap<usize, BTreeSet<EntryId>>,
+    /// The ledger's metadata no longer decodes in the metadata service (a
+    /// fault): opens fail naming the ledger, a writer's close cannot seal it.
+    pub(crate) metadata_corrupt: bool,
     pub(crate) writer: WriterState,
 }
 

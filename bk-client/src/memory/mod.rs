@@ -23,6 +23,11 @@
 //! - Adds with injected latency or on a hanging cluster continue in a spawned tokio
 //!   task, so dropping the add future does not leave a gap; outside a runtime the
 //!   add proceeds when its future is polled.
+//! - Entries have one copy per bookie of their write set; a bookie can lose
+//!   its copies ([`MemoryCluster::lose_copies`], [`MemoryCluster::lose_bookie`])
+//!   and reads go to the next copy, and a ledger's metadata can stop decoding
+//!   ([`MemoryCluster::corrupt_metadata`]): see `replicas.rs` for what each
+//!   operation does then.
 //! - Opens use the stored digest type (digest autodetection, as Pulsar configures
 //!   BookKeeper) unless [`MemoryClusterConfig::digest_autodetection`] is off.
 
@@ -31,6 +36,7 @@ mod cluster;
 mod factory;
 mod handle;
 mod ledger;
+mod replicas;
 
 pub use crate::types::DeleteMissing;
 pub use client::MemoryBookKeeper;

@@ -42,6 +42,14 @@ impl FlakyFactory {
 
 #[async_trait]
 impl ClientFactory for FlakyFactory {
+    async fn create_named(
+        &self,
+        _cluster_name: &str,
+        metadata_service_uri: &str,
+    ) -> bkswitch_bk_client::Result<Arc<dyn BookKeeper>> {
+        self.create(metadata_service_uri).await
+    }
+
     async fn create(&self, uri: &str) -> bkswitch_bk_client::Result<Arc<dyn BookKeeper>> {
         if self.failing.lock().contains(uri) {
             return Err(BkError::new(

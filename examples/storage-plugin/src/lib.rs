@@ -29,6 +29,7 @@ use bkswitch_mledger_spi::{
 };
 use bkswitch_proto::ml::managed_ledger_info::LedgerInfo;
 use bkswitch_proto::ml::{KeyValue, ManagedCursorInfo, ManagedLedgerInfo, StringProperty};
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use bkswitch_proto::schema::{IndexEntry, PositionInfo, SchemaLocator};
 use bkswitch_proto::{decode_managed_cursor_info, decode_managed_ledger_info, Message};
 use bkswitch_schema_spi::SchemaClientProvider;
@@ -97,7 +98,7 @@ impl TinyLedger {
         hooks: StorageHooks,
         name: &str,
     ) -> Result<TinyLedger> {
-        let path = format!("/managed-ledgers/{name}");
+        let path = format!("{MANAGED_LEDGERS_ROOT}/{name}");
         let (info, version) = match store.get(&path).await? {
             Some(found) => (
                 decode_managed_ledger_info(&found.value)?,
@@ -142,7 +143,7 @@ impl TinyLedger {
     }
 
     fn path(&self) -> String {
-        format!("/managed-ledgers/{}", self.name)
+        format!("{MANAGED_LEDGERS_ROOT}/{}", self.name)
     }
 
     fn resolve(&self, info: &LedgerInfo) -> Result<Arc<dyn BookKeeper>> {
@@ -576,7 +577,7 @@ impl TinySchemas {
     }
 
     fn path(schema_id: &str) -> String {
-        format!("/schemas/{schema_id}")
+        format!("{SCHEMAS_ROOT}/{schema_id}")
     }
 
     async fn locator(&self, schema_id: &str) -> Result<Option<(SchemaLocator, i64)>> {

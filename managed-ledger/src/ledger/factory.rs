@@ -7,10 +7,11 @@ use std::sync::Arc;
 use bkswitch_bk_client::BookKeeper;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_mledger_spi::{ManagedLedgerConfig, ManagedLedgerStorageClass};
+use bkswitch_proto::paths::MANAGED_LEDGERS_ROOT;
 
 use super::api::ManagedLedger;
 use super::open::open;
-use crate::ctx::{Ctx, ROOT};
+use crate::ctx::Ctx;
 use crate::error::{ManagedLedgerError, Result};
 use crate::name::validate_managed_ledger_name;
 use crate::session::MetadataSession;
@@ -121,7 +122,7 @@ impl ManagedLedgerFactory {
 
     /// The metadata path of a managed ledger: `/managed-ledgers/<name>`.
     pub fn metadata_path(name: &str) -> String {
-        format!("{ROOT}/{name}")
+        format!("{MANAGED_LEDGERS_ROOT}/{name}")
     }
 
     /// Opens (creating if missing) the managed ledger `name`

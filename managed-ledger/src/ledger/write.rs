@@ -196,8 +196,28 @@ impl MlInner {
     ) -> Result<(Current, ManagedLedgerInfo, i64)> {
         let ctx = &self.ctx;
         let what = format!("managed ledger '{}'", ctx.name);
-        let (client, handle) = ctx.create_ledger(&ctx.data_ledger_config(), &what).await?;
-        let id = handle.id();
+        let (mut client, mut handle) = ctx.create_ledger(&ctx.data_ledger_config(), &what).await?;
+        let mut id = handle.id();
+        let last_id = info.ledger_info.last().map(|l| l.ledger_id);
+        if let Some(last) = last_id.filter(|last| id <= *last) {
+            // The cluster's generator is behind this topic's last ledger (its
+            // ids were advanced on another cluster meanwhile, e.g. for a
+            // rollback, N22): move it past, once, and create again.
+            let _ = handle.close().await;
+            ctx.delete_orphan(client.as_ref(), id).await;
+            client.advance_ledger_ids_beyond(last).await.map_err(|e| {
+                ManagedLedgerError::client(format!("creating a ledger for {what}"), e)
+            })?;
+            tracing::warn!(
+                ledger = %ctx.name,
+                cluster = client.cluster_name(),
+                below = id,
+                last,
+                "the cluster's ledger id generator was behind the topic's last ledger; advanced it"
+            );
+            (client, handle) = ctx.create_ledger(&ctx.data_ledger_config(), &what).await?;
+            id = handle.id();
+        }
         if let Some(last) = info.ledger_info.last() {
             if id <= last.ledger_id {
                 let _ = handle.close().await;

@@ -108,7 +108,8 @@ pub enum SchemaStorageError {
     /// inconsistent.
     #[error(
         "schema `{schema_id}`: corrupt {what}: {reason}; repair or delete the schema \
-         (the locator is at `/schemas/{schema_id}`)"
+         (the locator is at `{root}/{schema_id}`)",
+        root = bkswitch_proto::paths::SCHEMAS_ROOT
     )]
     Corrupt {
         /// The schema id.

@@ -1,13 +1,15 @@
 //! Shared helpers of the managed-ledger tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod schema;
+
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, MemoryCluster};
 use bkswitch_managed_ledger::testkit::{
     CountingResolver, ManualClock, RecordingStore, StampingProvider, SwitchableSupplier,
 };
-use bkswitch_managed_ledger::ManagedLedgerFactory;
+use bkswitch_managed_ledger::{ManagedLedger, ManagedLedgerFactory, Position};
 use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bkswitch_mledger_spi::{ManagedLedgerConfig, StorageHooks};
 
@@ -116,4 +118,15 @@ pub async fn snapshot(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> 
 
 pub fn contains_reserved(bytes: &[u8]) -> bool {
     bytes.windows(8).any(|w| w == b"_pulsar.")
+}
+
+/// The payload of the `i`-th test entry.
+pub fn payload(i: usize) -> Vec<u8> {
+    format!("m{i:03}").into_bytes()
+}
+
+/// Appends entries `from..from + n` concurrently; their positions.
+pub async fn append_n(ml: &ManagedLedger, from: usize, n: usize) -> Vec<Position> {
+    let futs: Vec<_> = (from..from + n).map(|i| ml.append(payload(i))).collect();
+    futures::future::try_join_all(futs).await.unwrap()
 }

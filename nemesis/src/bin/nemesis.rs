@@ -1,4 +1,4 @@
-//! `nemesis run --histories N --seed S [--stack embedded|real]` and
+//! `nemesis run --histories N --seed S [--stack embedded|real] [--jobs J]` and
 //! `nemesis replay --seed S [--keep i,j,…]`,
 //! `nemesis migration --histories N --seed S [--trace]`.
 
@@ -41,6 +41,9 @@ enum Command {
         /// many histories per failure.
         #[arg(long, default_value_t = 0)]
         shrink: usize,
+        /// Threads running embedded histories at once.
+        #[arg(long, default_value_t = 1)]
+        jobs: u64,
     },
     /// Prints how many operations and faults the plans of seeds S..S+N-1
     /// hold, without running them (for reporting a run that was cut short).
@@ -85,10 +88,11 @@ fn main() -> ExitCode {
             seed,
             stack: StackKind::Embedded,
             shrink: budget,
+            jobs,
         } => {
             let mut done = 0u64;
             let mut failed = 0u64;
-            let totals = bkswitch_nemesis::run_many(seed, histories, |o| {
+            let totals = bkswitch_nemesis::run_many_jobs(seed, histories, jobs, |o| {
                 done += 1;
                 failed += u64::from(!o.passed());
                 if done % 100 == 0 {
@@ -107,6 +111,21 @@ fn main() -> ExitCode {
                 }
             });
             println!("{totals:?}");
+            let kinds: Vec<String> = totals
+                .fault_kinds
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            println!("Faults by kind: {}", kinds.join(", "));
+            println!(
+                "Below the metadata: {} bookie copies lost; {} corruptions, {} refused with an \
+                 error naming them; {} histories with stale reads, {} reads older than the leader",
+                totals.copies_lost,
+                totals.corruptions,
+                totals.corruptions_refused,
+                totals.stale_histories,
+                totals.stale_reads
+            );
             if totals.failed.is_empty() {
                 ExitCode::SUCCESS
             } else {

@@ -30,7 +30,6 @@
 //! coordinator's acknowledgement deadline is wall-clock time), so the
 //! interleaving of a replay may differ.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,14 +37,15 @@ use std::time::Duration;
 
 use bkswitch_metadata_migration::{
     abort, Coordinator, CoordinatorOptions, MigratingStore, MigrationRequest, NamedMemoryStores,
-    ParticipantOptions, Phase, ProtectedRoot, StoreOpener, CURRENT_PATH, MIGRATION_ROOT,
-    PARTICIPANTS_PATH,
+    ParticipantOptions, Phase, ProtectedRoot, StoreOpener, MIGRATION_ROOT, PARTICIPANTS_PATH,
 };
 use bkswitch_metadata_store::testkit::{InjectedFailure, RecordingStore};
 use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MemoryStore, MetadataStore};
+use io::*;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
+mod io;
 mod plan;
 
 pub use plan::{MigrationOp, MigrationPlan, Overlap};
@@ -54,8 +54,7 @@ pub use plan::{MigrationOp, MigrationPlan, Overlap};
 pub const STORES: [&str; 2] = ["memory://a", "memory://b"];
 /// Writers (participants) of a history.
 pub const WRITERS: usize = 3;
-/// Keys each writer owns.
-pub const KEYS: usize = 4;
+pub use io::KEYS;
 /// Operations of a plan.
 pub const OPS: usize = 32;
 
@@ -123,18 +122,6 @@ impl fmt::Display for MigrationOutcome {
     }
 }
 
-/// The model: the last acknowledged write of every key, and what broke.
-#[derive(Debug, Default)]
-struct Model {
-    /// Key → (value, version) of its last acknowledged write.
-    acked: BTreeMap<String, (Vec<u8>, i64)>,
-    /// Key → the value of a write in flight when its writer was lost (it
-    /// may or may not have been applied).
-    in_flight: BTreeMap<String, Vec<u8>>,
-    writes: usize,
-    violations: Vec<String>,
-}
-
 struct Writer {
     store: MigratingStore,
     session: MemoryStore,
@@ -143,10 +130,6 @@ struct Writer {
     faults: Arc<FaultyOpener>,
     stop: Arc<AtomicBool>,
     task: JoinHandle<()>,
-}
-
-fn key(writer: usize, k: usize) -> String {
-    format!("/managed-ledgers/t/ns/persistent/w{writer}-k{k}")
 }
 
 fn coordinator_options() -> CoordinatorOptions {
@@ -618,202 +601,6 @@ impl Run {
         drop(model);
         all.extend(violations);
         self.out.violations.extend(all);
-    }
-}
-
-/// Every path and value under `/` (control paths included).
-/// Opens the stores of one writer's participant (its first one, and the
-/// targets it follows) behind a [`RecordingStore`] that injects the faults
-/// the plan asks for; the last one opened is the one in use.
-#[derive(Debug)]
-struct FaultyOpener {
-    stores: NamedMemoryStores,
-    last: Mutex<Arc<RecordingStore>>,
-}
-
-#[async_trait::async_trait]
-impl StoreOpener for FaultyOpener {
-    async fn open(&self, url: &str) -> bkswitch_metadata_store::Result<Arc<dyn MetadataStore>> {
-        let inner = self.stores.open(url).await?;
-        let store = Arc::new(RecordingStore::new(inner));
-        *self.last.lock() = store.clone();
-        Ok(store)
-    }
-}
-
-/// The migration records and the current-migration pointer of a store.
-async fn records(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
-    let mut out = Vec::new();
-    let base = format!("{MIGRATION_ROOT}/records");
-    let mut paths = vec![CURRENT_PATH.to_owned()];
-    if let Ok(ids) = store.children(&base).await {
-        paths.extend(ids.into_iter().map(|id| format!("{base}/{id}")));
-    }
-    for path in paths {
-        if let Ok(Some(r)) = store.get(&path).await {
-            out.push((path, r.value, r.stat.version));
-        }
-    }
-    out.sort();
-    out
-}
-
-async fn snapshot(store: &dyn MetadataStore) -> Vec<(String, Vec<u8>, i64)> {
-    let mut out = Vec::new();
-    let mut todo = vec!["/".to_owned()];
-    while let Some(p) = todo.pop() {
-        let Ok(children) = store.children(&p).await else {
-            continue;
-        };
-        for c in children {
-            let path = if p == "/" {
-                format!("/{c}")
-            } else {
-                format!("{p}/{c}")
-            };
-            if let Ok(Some(r)) = store.get(&path).await {
-                out.push((path.clone(), r.value, r.stat.version));
-            }
-            todo.push(path);
-        }
-    }
-    out.sort();
-    out
-}
-
-/// The checker: every key holds its last acknowledged write (value and
-/// version) in the store in use.
-async fn check(acked: &BTreeMap<String, (Vec<u8>, i64)>, store: &dyn MetadataStore) -> Vec<String> {
-    let mut out = Vec::new();
-    for (path, (value, version)) in acked {
-        match store.get(path).await {
-            Ok(Some(r)) if r.value == *value && r.stat.version == *version => {}
-            Ok(Some(r)) => out.push(format!(
-                "lost write: {path} holds {:?} at version {}, the last acknowledged write was \
-                 {:?} at version {version}",
-                String::from_utf8_lossy(&r.value),
-                r.stat.version,
-                String::from_utf8_lossy(value)
-            )),
-            Ok(None) => out.push(format!(
-                "lost write: {path} is missing, the last acknowledged write was {:?} at \
-                 version {version}",
-                String::from_utf8_lossy(value)
-            )),
-            Err(e) => out.push(format!("reading {path}: {e}")),
-        }
-    }
-    out
-}
-
-/// A writer: conditional writes of its keys, holding the version of the
-/// last acknowledged write; retries what the pause refuses.
-async fn write_loop(
-    w: usize,
-    store: MigratingStore,
-    model: Arc<Mutex<Model>>,
-    stop: Arc<AtomicBool>,
-) {
-    // Adopt what the store holds: it must be the last acknowledged write,
-    // or the write in flight when the previous incarnation was lost.
-    let mut held: Vec<Option<i64>> = vec![None; KEYS];
-    for (k, slot) in held.iter_mut().enumerate() {
-        let path = key(w, k);
-        let r = loop {
-            match store.get(&path).await {
-                Ok(r) => break r,
-                Err(_) if !stop.load(Ordering::Acquire) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(_) => return,
-            }
-        };
-        let mut m = model.lock();
-        let acked = m.acked.get(&path).cloned();
-        let pending = m.in_flight.remove(&path);
-        match (acked, r) {
-            (None, None) => {}
-            (Some((v, ver)), Some(r)) if r.value == v && r.stat.version == ver => {
-                *slot = Some(ver);
-            }
-            (acked, Some(r))
-                if pending.as_deref() == Some(r.value.as_slice())
-                    && r.stat.version == acked.as_ref().map_or(0, |a| a.1 + 1) =>
-            {
-                m.acked.insert(path.clone(), (r.value, r.stat.version));
-                *slot = Some(r.stat.version);
-            }
-            (None, Some(r)) => {
-                m.violations.push(format!(
-                    "{path} holds {:?} at version {} that nobody acknowledged",
-                    String::from_utf8_lossy(&r.value),
-                    r.stat.version
-                ));
-                *slot = Some(r.stat.version);
-            }
-            (Some((v, ver)), r) => {
-                m.violations.push(format!(
-                    "lost write: writer {w} restarted and read {path} as {:?}, the last \
-                     acknowledged write was {:?} at version {ver}",
-                    r.map(|r| (
-                        String::from_utf8_lossy(&r.value).into_owned(),
-                        r.stat.version
-                    )),
-                    String::from_utf8_lossy(&v)
-                ));
-                return;
-            }
-        }
-    }
-    let mut seq = 0u64;
-    while !stop.load(Ordering::Acquire) {
-        let k = (seq as usize) % KEYS;
-        seq += 1;
-        let path = key(w, k);
-        let value = format!("w{w}-{seq}-{}", store.name()).into_bytes();
-        let expected = match held[k] {
-            Some(v) => ExpectedVersion::Exactly(v),
-            None => ExpectedVersion::NotExists,
-        };
-        model.lock().in_flight.insert(path.clone(), value.clone());
-        let r = store.put(&path, &value, expected).await;
-        let fenced = {
-            let mut m = model.lock();
-            m.in_flight.remove(&path);
-            match r {
-                Ok(stat) => {
-                    if let Some(before) = held[k] {
-                        if stat.version <= before {
-                            m.violations.push(format!(
-                            "version went back: {path} acknowledged at version {} after {before}",
-                            stat.version
-                        ));
-                        }
-                    }
-                    held[k] = Some(stat.version);
-                    m.acked.insert(path, (value, stat.version));
-                    m.writes += 1;
-                    false
-                }
-                Err(e)
-                    if e.kind() == ErrorKind::BadVersion
-                        || e.kind() == ErrorKind::AlreadyExists =>
-                {
-                    m.violations.push(format!(
-                        "a conditional write with the last acknowledged version ({expected:?}) of \
-                     {path} was refused (the topic would be fenced): {e}"
-                    ));
-                    true
-                }
-                // The pause (retryable), or the store going away under a lost
-                // process: nothing acknowledged.
-                Err(_) => false,
-            }
-        };
-        if fenced {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1 + seq % 3)).await;
     }
 }
 

@@ -5,7 +5,9 @@
 //!
 //! | file | concern |
 //! | --- | --- |
-//! | `mod.rs` | the type, its configuration, construction and public methods |
+//! | `mod.rs` | the type, its construction and public methods |
+//! | `config.rs` | `OrchestratorConfig`, its defaults and limits, `CopyStats` |
+//! | `scope.rs` | canaries: the coordinator of a prefix, taking over unfinished canaries, what a scope holds |
 //! | `records.rs` | `Records`, which every phase receives: the switch record, the per-ledger records, the leases, status counts |
 //! | `start.rs` | `start_switch` and the idgen precheck; the directive goes through the registry |
 //! | `resume.rs` | the BUILD/PROMOTE passes of `run`, `resume`, `resume_all` |
@@ -21,19 +23,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bkswitch_bk_client::{BookKeeper, DigestType, LedgerConfig};
+use bkswitch_bk_client::BookKeeper;
 use bkswitch_metadata_store::MetadataStore;
-use bkswitch_mledger_spi::{Clock, ManagedLedgerConfig, SystemClock};
+use bkswitch_mledger_spi::{Clock, SystemClock};
 use bkswitch_registry::{IdgenSource, PrecheckResult, Registry};
 
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
-    CleanupOptions, CleanupReport, CleanupTarget, LedgerKind, Phase, SwitchLedgerRecord,
-    SwitchRecord, SwitchStatus,
+    CleanupOptions, CleanupReport, CleanupTarget, Phase, SwitchLedgerRecord, SwitchRecord,
+    SwitchStatus,
 };
 use crate::owners::{ClusterClients, TopicOwners};
 use crate::usage::{usage, ClusterUsage};
 use records::Records;
+
+pub use config::{CopyStats, OrchestratorConfig, DEFAULT_IDGEN_SAFETY_MARGIN, MAX_FAILURES_LISTED};
 
 /// A failpoint of the switch path: with the `failpoints` feature, configuring
 /// `name` makes the enclosing step return [`OrchestratorError::Injected`]. The
@@ -50,155 +54,16 @@ macro_rules! fail_point {
 
 mod build;
 mod cleanup;
+mod config;
 mod flip;
 mod progress;
 mod promote;
 mod records;
 mod resume;
 mod rollback;
+mod scope;
 mod stage;
 mod start;
-
-/// The default [`OrchestratorConfig::idgen_safety_margin`].
-pub const DEFAULT_IDGEN_SAFETY_MARGIN: i64 = 1_000;
-
-/// At most this many failures are listed in a switch record and a status.
-pub const MAX_FAILURES_LISTED: usize = 100;
-
-/// Settings of an [`Orchestrator`] ([design §3](bkswitch_docs::design) defaults).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrchestratorConfig {
-    /// Ledgers copied at once per stage (`migrationConcurrency`, 16).
-    pub migration_concurrency: usize,
-    /// How long a switch can be rolled back after SWITCHED (`rollbackWindowHours`, 24 h).
-    pub rollback_window: Duration,
-    /// Digest type of cursor ledgers (as the managed ledgers are configured).
-    pub cursor_digest_type: DigestType,
-    /// Password of cursor ledgers.
-    pub cursor_password: Vec<u8>,
-    /// Digest type of schema ledgers (as the schema storage is configured).
-    pub schema_digest_type: DigestType,
-    /// Password of schema ledgers.
-    pub schema_password: Vec<u8>,
-    /// Compare-and-set attempts per schema locator or cursor node (5,
-    /// [I10](bkswitch_docs::invariants::I10)).
-    pub max_schema_cas_attempts: usize,
-    /// Skip the idgen precheck (lab only, [I11](bkswitch_docs::invariants::I11)).
-    pub skip_idgen_precheck: bool,
-    /// Ledger ids the idgen precheck requires between the source's next id
-    /// and the target's (`idgenSafetyMargin`, 1,000): nodes apply a
-    /// directive asynchronously and keep creating ledgers on the source
-    /// until they have, and each of those ids must stay below every id the
-    /// target hands out ([I11](bkswitch_docs::invariants::I11)). Cover the
-    /// ledgers the source creates in the longest time a node takes to apply
-    /// a directive (registry watch delay plus a broker's rollover), with room
-    /// to spare: ids are 64-bit, skipping them costs nothing. The default
-    /// covers about 1,000 ledger creations; raise it on clusters that create
-    /// more in a few seconds.
-    pub idgen_safety_margin: i64,
-    /// Entries in flight per copied ledger.
-    pub copy_window: usize,
-    /// Attempts per cursor owner call that answers "unavailable".
-    pub promote_attempts: usize,
-    /// Pause between those attempts.
-    pub promote_retry_delay: Duration,
-    /// BUILD/PROMOTE passes per run before giving up with
-    /// [`OrchestratorError::NotConverged`] (ledgers keep appearing on the source
-    /// until every node applied the switch).
-    pub max_passes: usize,
-    /// How long after SWITCHED (or after a rollback) the old copies stay
-    /// before [`Orchestrator::auto_cleanup`] deletes them
-    /// (`bookieClusterDualReadTimeoutDays`, 15 days; `None`: never). Separate
-    /// from, and never shorter in effect than, the rollback window.
-    pub dual_read_timeout: Option<Duration>,
-    /// Deletions per [`Orchestrator::auto_cleanup`] pass (100).
-    pub auto_cleanup_max_deletions: usize,
-    /// How often a coordinator looks for a switch to clean up by itself (60 s).
-    pub auto_cleanup_interval: Duration,
-}
-
-impl Default for OrchestratorConfig {
-    fn default() -> Self {
-        let ml = ManagedLedgerConfig::default();
-        // The schema storage's default ledger settings (its
-        // `SchemaStorageOptions` default to the client's).
-        let schema = LedgerConfig::default();
-        OrchestratorConfig {
-            migration_concurrency: 16,
-            rollback_window: Duration::from_secs(24 * 3600),
-            cursor_digest_type: ml.digest_type,
-            cursor_password: ml.password,
-            schema_digest_type: schema.digest_type,
-            schema_password: schema.password,
-            max_schema_cas_attempts: 5,
-            skip_idgen_precheck: false,
-            idgen_safety_margin: DEFAULT_IDGEN_SAFETY_MARGIN,
-            copy_window: 64,
-            promote_attempts: 10,
-            promote_retry_delay: Duration::from_millis(200),
-            max_passes: 10,
-            dual_read_timeout: Some(Duration::from_secs(15 * 24 * 3600)),
-            auto_cleanup_max_deletions: 100,
-            auto_cleanup_interval: Duration::from_secs(60),
-        }
-    }
-}
-
-impl OrchestratorConfig {
-    /// Sets the rollback window.
-    pub fn with_rollback_window(mut self, window: Duration) -> Self {
-        self.rollback_window = window;
-        self
-    }
-
-    /// Sets the copy concurrency (at least 1).
-    pub fn with_migration_concurrency(mut self, n: usize) -> Self {
-        self.migration_concurrency = n.max(1);
-        self
-    }
-
-    /// Sets the idgen safety margin (at least 1).
-    pub fn with_idgen_safety_margin(mut self, margin: i64) -> Self {
-        self.idgen_safety_margin = margin.max(1);
-        self
-    }
-
-    /// Skips the idgen precheck (lab only).
-    pub fn with_skip_idgen_precheck(mut self, skip: bool) -> Self {
-        self.skip_idgen_precheck = skip;
-        self
-    }
-
-    /// Sets the dual-read timeout after which CLEANUP runs by itself
-    /// (`None`: never).
-    pub fn with_dual_read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.dual_read_timeout = timeout;
-        self
-    }
-
-    /// Sets how often, and how much per pass, the automatic cleanup works.
-    pub fn with_auto_cleanup(mut self, interval: Duration, max_deletions: usize) -> Self {
-        self.auto_cleanup_interval = interval;
-        self.auto_cleanup_max_deletions = max_deletions.max(1);
-        self
-    }
-
-    /// Sets the cursor-owner retry policy.
-    pub fn with_promote_retry(mut self, attempts: usize, delay: Duration) -> Self {
-        self.promote_attempts = attempts.max(1);
-        self.promote_retry_delay = delay;
-        self
-    }
-}
-
-/// Copy outcomes of one orchestrator instance (the ledger records keep them too).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CopyStats {
-    /// Ledgers copied.
-    pub copied: u64,
-    /// Copies that found an identical ledger on the target.
-    pub already_present: u64,
-}
 
 /// The [`IdgenSource`] of an orchestrator built without
 /// [`Orchestrator::with_idgen`]: refuses every cluster, naming the call.
@@ -321,148 +186,6 @@ impl Orchestrator {
                 progress: Arc::default(),
                 scope: None,
             }),
-        }
-    }
-
-    /// The coordinator of the canary of `prefix`: the same switch, scoped to
-    /// the managed ledgers (and schema ids) that start with `prefix`. Its
-    /// switch writes the registry's per-prefix override instead of the
-    /// cluster-wide directive, its rollback removes it, its cleanup never
-    /// flips the clusters' statuses, and its records live under
-    /// `<registry root>/canaries/<hex of the prefix>`.
-    pub fn for_prefix(&self, prefix: &str) -> Orchestrator {
-        self.view(Some(prefix))
-    }
-
-    /// A coordinator on the same store, registry, clients and settings for
-    /// `scope` (a canary's prefix, or `None`: the cluster-wide switches),
-    /// with an identity of its own.
-    pub(crate) fn view(&self, scope: Option<&str>) -> Orchestrator {
-        let shared = &self.inner;
-        let records = Records::new(
-            shared.store.clone(),
-            shared.registry.root(),
-            scope,
-            new_instance_id(),
-            shared.records.clock().clone(),
-        );
-        Orchestrator {
-            inner: Arc::new(Inner {
-                store: shared.store.clone(),
-                registry: shared.registry.clone(),
-                clients: shared.clients.clone(),
-                owners: shared.owners.clone(),
-                config: shared.config.clone(),
-                idgen: shared.idgen.clone(),
-                records: Arc::new(records),
-                copied: AtomicU64::new(0),
-                already_present: AtomicU64::new(0),
-                progress: shared.progress.clone(),
-                scope: scope.map(str::to_owned),
-            }),
-        }
-    }
-
-    /// Every coordinator of this registry: the cluster-wide one, then one
-    /// per recorded canary.
-    pub(crate) async fn coordinators(&self) -> Result<Vec<Orchestrator>> {
-        let mut out = vec![self.view(None)];
-        for prefix in self.canary_prefixes().await? {
-            out.push(self.view(Some(&prefix)));
-        }
-        Ok(out)
-    }
-
-    /// Takes over every canary left in BUILD, PROMOTE or ROLLING_BACK (its
-    /// coordinator died, or this node restarted): resumes it to SWITCHED or
-    /// ROLLED_BACK. A canary whose coordinator still works on it (its lease
-    /// is held) is left to it. The elected leader calls this regularly (as
-    /// it resumes a cluster-wide switch whose origin died);
-    /// [`resume_all`](Self::resume_all) calls it too.
-    ///
-    /// # Errors
-    ///
-    /// The first error of a resumed canary other than
-    /// [`OrchestratorError::Locked`].
-    pub async fn resume_canaries(&self) -> Result<Vec<SwitchStatus>> {
-        let mut out = Vec::new();
-        let mut first_error = None;
-        for prefix in self.canary_prefixes().await? {
-            let canary = self.for_prefix(&prefix);
-            let Some(id) = canary.switch_ids().await?.pop() else {
-                continue;
-            };
-            let (rec, _) = canary.records().load(&id).await?;
-            if !matches!(
-                rec.phase,
-                Phase::Build | Phase::Promote | Phase::RollingBack
-            ) {
-                continue;
-            }
-            tracing::info!(prefix, switch_id = %id, phase = %rec.phase,
-                "taking over an unfinished canary");
-            match canary.resume(&id).await {
-                Ok(st) => out.push(st),
-                Err(OrchestratorError::Locked { .. }) => {}
-                Err(e) => {
-                    tracing::warn!(prefix, switch_id = %id, error = %e,
-                        "resuming the canary failed; retried later");
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
-    }
-
-    /// The prefixes of every canary recorded under the registry (running,
-    /// finished, rolled back or absorbed by a cluster-wide switch).
-    ///
-    /// # Errors
-    ///
-    /// [`OrchestratorError::Metadata`].
-    pub async fn canary_prefixes(&self) -> Result<Vec<String>> {
-        let root = format!("{}/canaries", self.inner.registry.root());
-        let names = self
-            .inner
-            .store
-            .children(&root)
-            .await
-            .map_err(|e| OrchestratorError::metadata(format!("listing `{root}`"), e))?;
-        Ok(names
-            .iter()
-            .filter_map(|hex| {
-                let bytes: Option<Vec<u8>> = (0..hex.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-                    .collect();
-                String::from_utf8(bytes?).ok()
-            })
-            .collect())
-    }
-
-    /// The canary prefix of this coordinator, if it is one.
-    pub fn scope(&self) -> Option<&str> {
-        self.inner.scope.as_deref()
-    }
-
-    /// Whether `f` is within this coordinator's scope.
-    pub(crate) fn in_scope(&self, f: &crate::scan::Found) -> bool {
-        let Some(prefix) = self.inner.scope.as_deref() else {
-            return true;
-        };
-        match f.kind {
-            LedgerKind::Cursor => f
-                .managed_ledger
-                .as_deref()
-                .is_some_and(|ml| ml.starts_with(prefix)),
-            LedgerKind::Schema => f
-                .owner_path
-                .strip_prefix(crate::scan::SCHEMAS_ROOT)
-                .and_then(|p| p.strip_prefix('/'))
-                .is_some_and(|id| id.starts_with(&schema_prefix(prefix))),
         }
     }
 

@@ -15,7 +15,7 @@ use bkswitch_mledger_spi::Clock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::MAX_FAILURES_LISTED;
+use super::config::MAX_FAILURES_LISTED;
 use crate::error::{OrchestratorError, Result};
 use crate::model::{
     Counts, Failure, SwitchLedgerRecord, SwitchLedgerState, SwitchRecord, SwitchStatus,

@@ -10,7 +10,7 @@ use crate::error::Result;
 
 impl Orchestrator {
     /// Runs `step` on every item, at most
-    /// [`migration_concurrency`](super::OrchestratorConfig::migration_concurrency)
+    /// [`migration_concurrency`](super::config::OrchestratorConfig::migration_concurrency)
     /// at once. Every step runs to its end even when another fails (each
     /// records its own outcome); the first error, in completion order, is
     /// returned.

@@ -5,10 +5,13 @@
 //! the same plan; the plan is then executed on a stack while traffic runs
 //! (see [`crate::history`]).
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::store::WriteKind;
+
+mod op;
+
+pub use op::{fault_kind, Op};
 
 /// The bookie clusters of every history: `old` (bootstrap, ACTIVE at start),
 /// `new` and `third` (registered by the history, or not).
@@ -38,351 +41,6 @@ pub const PREFIXES: [&str; 6] = [
     "t/ns1",
 ];
 
-/// One step of a history.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// `POST /{cluster}` through node `node`.
-    Register {
-        /// The node whose REST API is called.
-        node: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// `DELETE /{cluster}`.
-    Unregister {
-        /// The node called.
-        node: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// `GET /precheck/{cluster}`.
-    Precheck {
-        /// The node called.
-        node: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// The operator's id-generator step: moves `cluster`'s next ledger id
-    /// `margin` ids beyond every id the other clusters handed out.
-    AdvanceIdgen {
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-        /// 1 (refused: below the precheck's safety margin) or 10,000 (beyond it).
-        margin: i64,
-    },
-    /// `POST /switch`.
-    Switch {
-        /// The node called.
-        node: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// `POST /rollback`.
-    Rollback {
-        /// The node called.
-        node: usize,
-    },
-    /// `POST /cleanup`.
-    Cleanup {
-        /// The node called.
-        node: usize,
-        /// A dry run.
-        dry_run: bool,
-        /// Inside the rollback window too.
-        force: bool,
-    },
-    /// `POST /overrides` (starts a canary).
-    SetOverride {
-        /// The node called.
-        node: usize,
-        /// Index into [`PREFIXES`].
-        prefix: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// `POST /overrides/remove` (rolls the canary back).
-    RemoveOverride {
-        /// The node called.
-        node: usize,
-        /// Index into [`PREFIXES`].
-        prefix: usize,
-    },
-    /// The node crashes: its metadata connection is cut for good, its session
-    /// expires (its ephemeral nodes go), then it is stopped.
-    Crash {
-        /// The node.
-        node: usize,
-    },
-    /// A crashed node starts again with the same id (no-op when it runs).
-    Restart {
-        /// The node.
-        node: usize,
-    },
-    /// A second node is started with the id of `node`.
-    Duplicate {
-        /// The node whose id is reused.
-        node: usize,
-    },
-    /// The node's metadata session expires (and is re-established).
-    ExpireSession {
-        /// The node.
-        node: usize,
-    },
-    /// The node loses its metadata connection for `millis`.
-    LoseConnection {
-        /// The node.
-        node: usize,
-        /// For how long (virtual time).
-        millis: u64,
-    },
-    /// The node's next `count` writes of `kind` are ambiguous: applied, then
-    /// answered `Unavailable`; with `outage_ms` > 0 the connection is lost
-    /// for that long right after (so the caller cannot read back either).
-    Ambiguous {
-        /// The node.
-        node: usize,
-        /// Which writes.
-        kind: WriteKind,
-        /// How many.
-        count: usize,
-        /// Connection loss after the write (virtual ms; 0: none).
-        outage_ms: u64,
-    },
-    /// A bookie cluster becomes unreachable (failing fast, or hanging with an
-    /// operation timeout).
-    ClusterDown {
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-        /// Hang rather than fail fast.
-        hang: bool,
-    },
-    /// A bookie cluster is reachable and fast again.
-    ClusterUp {
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-    /// A bookie cluster answers every operation `millis` late.
-    ClusterSlow {
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-        /// The latency (virtual time).
-        millis: u64,
-    },
-    /// Moves every node's clock forward by `days` (the wall clock the
-    /// coordinators read: switch records, the rollback window, the dual-read
-    /// timeout of the automatic cleanup), then lets the automatic cleanup run.
-    MoveClock {
-        /// How far, in days.
-        days: u64,
-    },
-    /// Moves every node's clock forward by `hours` in the middle of a
-    /// history (rollback windows and automatic cleanup meet it mid-step).
-    MoveClockHours {
-        /// How far, in hours.
-        hours: u64,
-    },
-    /// Two operator calls on two nodes at the same moment (each an
-    /// operator operation: switch, rollback, cleanup, set or remove an
-    /// override).
-    Racing {
-        /// The first call.
-        first: Box<Op>,
-        /// The second call.
-        second: Box<Op>,
-    },
-    /// An operator call whose client goes away after `after_ms` (virtual
-    /// time): the handler is dropped wherever it is.
-    Cancelled {
-        /// The call (an operator operation).
-        call: Box<Op>,
-        /// When the client goes away.
-        after_ms: u64,
-    },
-    /// The node's process freezes (SIGSTOP) with its calls in flight for
-    /// `millis`; its session expires meanwhile when `expire`; then it
-    /// resumes (SIGCONT) and its calls go on: a zombie.
-    Freeze {
-        /// The node.
-        node: usize,
-        /// How long (virtual time).
-        millis: u64,
-        /// Whether its session expires while it is frozen.
-        expire: bool,
-    },
-    /// `POST /admin/v2/metadata/migration` on the node: moves every node's
-    /// metadata to the other in-memory tree (`memory://a` ⇄ `memory://b`),
-    /// wiping the target's leftovers of an earlier move by naming its root
-    /// (histories with [`Settings::migrations`] only).
-    Migrate {
-        /// The node called.
-        node: usize,
-    },
-    /// The next `count` writes of `kind` by the node are answered
-    /// `Unavailable` at once and land `delay_ms` later.
-    LateWrites {
-        /// The node.
-        node: usize,
-        /// Which writes.
-        kind: WriteKind,
-        /// How many.
-        count: usize,
-        /// How late (virtual time).
-        delay_ms: u64,
-    },
-    /// Lets time pass (traffic and the nodes' own duties run).
-    Wait {
-        /// How long (virtual time).
-        millis: u64,
-    },
-    /// Directed plans only: every switch and canary must reach SWITCHED,
-    /// DONE or ROLLED_BACK within `millis`, with the faults still active.
-    ExpectSettled {
-        /// How long to wait (virtual time).
-        millis: u64,
-    },
-    /// Directed plans only: the cluster-wide switch must be ROLLED_BACK
-    /// within `millis`, with the faults still active.
-    ExpectRolledBack {
-        /// How long to wait (virtual time).
-        millis: u64,
-    },
-    /// Directed plans only: a schema version put now under `schema` is
-    /// stored on `cluster` (where the managed ledgers of its topic go).
-    ExpectSchemaOn {
-        /// Index into [`SCHEMAS`].
-        schema: usize,
-        /// Index into [`CLUSTERS`].
-        cluster: usize,
-    },
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = |i: &usize| CLUSTERS[*i];
-        let p = |i: &usize| PREFIXES[*i];
-        match self {
-            Op::Register { node, cluster } => write!(f, "node{node}: register {}", c(cluster)),
-            Op::Unregister { node, cluster } => {
-                write!(f, "node{node}: unregister {}", c(cluster))
-            }
-            Op::Precheck { node, cluster } => write!(f, "node{node}: precheck {}", c(cluster)),
-            Op::AdvanceIdgen { cluster, margin } => {
-                write!(f, "advance idgen of {} (margin {margin})", c(cluster))
-            }
-            Op::Switch { node, cluster } => write!(f, "node{node}: switch to {}", c(cluster)),
-            Op::Rollback { node } => write!(f, "node{node}: rollback"),
-            Op::Cleanup {
-                node,
-                dry_run,
-                force,
-            } => write!(f, "node{node}: cleanup dry_run={dry_run} force={force}"),
-            Op::SetOverride {
-                node,
-                prefix,
-                cluster,
-            } => write!(
-                f,
-                "node{node}: set-override `{}` -> {}",
-                p(prefix),
-                c(cluster)
-            ),
-            Op::RemoveOverride { node, prefix } => {
-                write!(f, "node{node}: remove-override `{}`", p(prefix))
-            }
-            Op::Crash { node } => write!(f, "crash node{node}"),
-            Op::Restart { node } => write!(f, "restart node{node}"),
-            Op::Duplicate { node } => write!(f, "start a duplicate of node{node}"),
-            Op::ExpireSession { node } => write!(f, "expire the session of node{node}"),
-            Op::LoseConnection { node, millis } => {
-                write!(
-                    f,
-                    "node{node} loses its metadata connection for {millis} ms"
-                )
-            }
-            Op::Ambiguous {
-                node,
-                kind,
-                count,
-                outage_ms,
-            } => write!(
-                f,
-                "node{node}: next {count} {kind:?} writes ambiguous (then {outage_ms} ms without \
-                 connection)"
-            ),
-            Op::ClusterDown { cluster, hang } => write!(
-                f,
-                "cluster {} unreachable ({})",
-                c(cluster),
-                if *hang { "hang" } else { "fail fast" }
-            ),
-            Op::ClusterUp { cluster } => write!(f, "cluster {} healthy", c(cluster)),
-            Op::ClusterSlow { cluster, millis } => {
-                write!(f, "cluster {} slow ({millis} ms)", c(cluster))
-            }
-            Op::Wait { millis } => write!(f, "wait {millis} ms"),
-            Op::MoveClock { days } => write!(f, "move the clock {days} days forward"),
-            Op::MoveClockHours { hours } => write!(f, "move the clock {hours} hours forward"),
-            Op::Migrate { node } => write!(f, "node{node}: migrate the metadata store"),
-            Op::Freeze {
-                node,
-                millis,
-                expire,
-            } => write!(
-                f,
-                "node{node} frozen {millis} ms{}",
-                if *expire {
-                    ", its session expiring"
-                } else {
-                    ""
-                }
-            ),
-            Op::LateWrites {
-                node,
-                kind,
-                count,
-                delay_ms,
-            } => write!(
-                f,
-                "node{node}: next {count} {kind:?} writes land {delay_ms} ms late"
-            ),
-            Op::Racing { first, second } => write!(f, "race [{first}] with [{second}]"),
-            Op::Cancelled { call, after_ms } => {
-                write!(f, "[{call}], its client gone after {after_ms} ms")
-            }
-            Op::ExpectSettled { millis } => {
-                write!(f, "expect every switch settled within {millis} ms")
-            }
-            Op::ExpectRolledBack { millis } => {
-                write!(f, "expect the switch rolled back within {millis} ms")
-            }
-            Op::ExpectSchemaOn { schema, cluster } => write!(
-                f,
-                "expect a new version of schema {} on {}",
-                SCHEMAS[*schema],
-                c(cluster)
-            ),
-        }
-    }
-}
-
-impl Op {
-    /// Whether this op is a fault (rather than an operator call or a wait).
-    pub fn is_fault(&self) -> bool {
-        matches!(
-            self,
-            Op::Crash { .. }
-                | Op::Freeze { .. }
-                | Op::LateWrites { .. }
-                | Op::Duplicate { .. }
-                | Op::ExpireSession { .. }
-                | Op::LoseConnection { .. }
-                | Op::Ambiguous { .. }
-                | Op::ClusterDown { .. }
-                | Op::ClusterSlow { .. }
-        )
-    }
-}
-
 /// Per-history settings, drawn from the seed too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -408,6 +66,37 @@ pub struct Settings {
     /// ownership, REST verbs) fails until the faults heal — reads clean,
     /// writes clean or after applying. 0: off.
     pub buggify_per_mille: u32,
+    /// What the in-memory metadata tree stands for: which read guarantee
+    /// the nodes get.
+    pub store_kind: StoreKind,
+    /// ZooKeeper only: every node's reads may be served by a follower up to
+    /// 2 s behind the leader, never older than what the node's session saw
+    /// or wrote ([`crate::stale`]), until the faults heal.
+    pub stale_reads: bool,
+}
+
+/// What the in-memory metadata tree of a history stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StoreKind {
+    /// A ZooKeeper ensemble: sequentially consistent per session; reads may
+    /// be stale across sessions.
+    ZooKeeper,
+    /// etcd: linearizable reads (bkswitch never asks for serializable ones).
+    Etcd,
+}
+
+/// What a [`Op::Corrupt`] damages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CorruptTarget {
+    /// A managed ledger's node (its ledger list): the topic `TOPICS[pick % 4]`.
+    ManagedLedger,
+    /// The node of the cursor of the topic `TOPICS[pick % 4]`.
+    Cursor,
+    /// The schema locator of `SCHEMAS[pick % 3]`.
+    SchemaLocator,
+    /// The metadata BookKeeper keeps of one ledger of a cluster (index into
+    /// [`CLUSTERS`]), the `pick`-th of its ledgers (by id, modulo).
+    LedgerMetadata(usize),
 }
 
 /// A history to run: its seed, settings and operations.
@@ -448,6 +137,8 @@ impl Plan {
             skew_ms: Vec::new(),
             migrations: false,
             buggify_per_mille: 0,
+            store_kind: StoreKind::ZooKeeper,
+            stale_reads: false,
         };
         let mut ops = Vec::with_capacity(len);
         // Most histories start the way an operator does: register a
@@ -524,6 +215,7 @@ impl Plan {
                 );
             }
         }
+        below_the_metadata(seed, &mut settings, &mut ops);
         // A third of the histories end by moving the clock past the rollback
         // window and the dual-read timeout, so that the automatic cleanup
         // runs on whatever the history left. Drawn from a stream of its own,
@@ -545,6 +237,60 @@ impl Plan {
     /// Faults in the plan.
     pub fn faults(&self) -> usize {
         self.ops.iter().filter(|o| o.is_fault()).count()
+    }
+}
+
+/// The faults below the metadata, each from a stream of its own (the
+/// operations of the other streams stay those of the seed):
+/// - a third of the histories' metadata tree stands for etcd (linearizable
+///   reads), the rest for ZooKeeper, half of those with stale reads;
+/// - a third of the histories lose bookie copies once or twice: one
+///   bookie's copies of one ledger, or of every ledger (its disk), never an
+///   entry's last copy;
+/// - a quarter corrupt metadata once or twice (a managed-ledger, cursor or
+///   schema-locator node, or a ledger's BookKeeper metadata), each repaired
+///   later in the history half of the time, else when the faults heal.
+fn below_the_metadata(seed: u64, settings: &mut Settings, ops: &mut Vec<Op>) {
+    let mut store = fastrand::Rng::with_seed(seed ^ 0x7374_616c_6500_0000);
+    if store.u8(0..3) == 0 {
+        settings.store_kind = StoreKind::Etcd;
+    } else {
+        settings.stale_reads = store.bool();
+    }
+    let mut disk = fastrand::Rng::with_seed(seed ^ 0x6469_736b_0000_0000);
+    if disk.u8(0..3) == 0 {
+        for _ in 0..disk.usize(1..=2) {
+            let op = Op::LoseCopies {
+                cluster: disk.usize(0..CLUSTERS.len()),
+                bookie: disk.usize(0..3),
+                ledger: disk.bool().then(|| disk.u64(..)),
+            };
+            let at = disk.usize(0..=ops.len());
+            ops.insert(at, op);
+        }
+    }
+    let mut bad = fastrand::Rng::with_seed(seed ^ 0x636f_7272_7570_7400);
+    if bad.u8(0..4) == 0 {
+        for _ in 0..bad.usize(1..=2) {
+            let target = match bad.u8(0..4) {
+                0 => CorruptTarget::ManagedLedger,
+                1 => CorruptTarget::Cursor,
+                2 => CorruptTarget::SchemaLocator,
+                _ => CorruptTarget::LedgerMetadata(bad.usize(0..CLUSTERS.len())),
+            };
+            let at = bad.usize(0..=ops.len());
+            ops.insert(
+                at,
+                Op::Corrupt {
+                    target,
+                    pick: bad.u64(..),
+                },
+            );
+            if bad.bool() {
+                let later = bad.usize(at + 1..=ops.len());
+                ops.insert(later, Op::RepairMetadata);
+            }
+        }
     }
 }
 
@@ -657,6 +403,9 @@ mod tests {
                     | Op::Freeze { .. }
                     | Op::LateWrites { .. }
                     | Op::Migrate { .. }
+                    | Op::LoseCopies { .. }
+                    | Op::Corrupt { .. }
+                    | Op::RepairMetadata
             )
         };
         let mut with_inserted = 0;
@@ -683,5 +432,34 @@ mod tests {
             })
             .count();
         assert!((50..150).contains(&moved), "{moved} of 300 move the clock");
+    }
+
+    #[test]
+    fn a_share_of_the_histories_has_each_fault_below_the_metadata() {
+        let plans: Vec<Plan> = (0..300).map(Plan::generate).collect();
+        let with = |f: &dyn Fn(&Op) -> bool| plans.iter().filter(|p| p.ops.iter().any(f)).count();
+        let lose = with(&|op| matches!(op, Op::LoseCopies { .. }));
+        let corrupt = with(&|op| matches!(op, Op::Corrupt { .. }));
+        let repair = with(&|op| matches!(op, Op::RepairMetadata));
+        let stale = plans.iter().filter(|p| p.settings.stale_reads).count();
+        let etcd = plans
+            .iter()
+            .filter(|p| p.settings.store_kind == StoreKind::Etcd)
+            .count();
+        assert!((70..130).contains(&lose), "{lose} of 300 lose copies");
+        assert!(
+            (50..100).contains(&corrupt),
+            "{corrupt} of 300 corrupt metadata"
+        );
+        assert!(
+            repair > 20 && repair < corrupt,
+            "{repair} repair mid-history"
+        );
+        assert!((70..130).contains(&stale), "{stale} of 300 read stale");
+        assert!((70..130).contains(&etcd), "{etcd} of 300 on etcd");
+        // Never on etcd.
+        assert!(plans
+            .iter()
+            .all(|p| !(p.settings.stale_reads && p.settings.store_kind == StoreKind::Etcd)));
     }
 }
