@@ -9,12 +9,14 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -169,7 +171,7 @@ fn quote_body(body: &[u8]) -> String {
 /// Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
 pub struct AdminClient {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// `http://host:port` + [`BASE_PATH`], no trailing slash.
     base: String,
     /// `http://host:port` (+ the given path prefix), no trailing slash.
@@ -197,9 +199,26 @@ impl AdminClient {
     ///
     /// # Errors
     ///
-    /// [`ClientError::InvalidUrl`] when `base_url` is not an `http://` URL with
-    /// a host, or carries a query.
+    /// [`ClientError::InvalidUrl`] when `base_url` is not an `http://` or
+    /// `https://` URL with a host, or carries a query; for `https://`, when
+    /// the system has no trust roots (see [`with_tls`](Self::with_tls)).
     pub fn new(base_url: &str, token: &str) -> Result<AdminClient, ClientError> {
+        AdminClient::with_tls(base_url, token, None)
+    }
+
+    /// [`new`](Self::new) with the TLS client settings of `https://` URLs
+    /// (from [`tls::client_config`](crate::tls::client_config): the CA to
+    /// trust, a client certificate); `None`: the system's roots. The server's
+    /// certificate must match the URL's host.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn with_tls(
+        base_url: &str,
+        token: &str,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<AdminClient, ClientError> {
         let invalid = |reason: &str| ClientError::InvalidUrl {
             url: base_url.to_owned(),
             reason: reason.to_owned(),
@@ -212,15 +231,31 @@ impl AdminClient {
                 reason: e.to_string(),
                 source: Some(Box::new(e)),
             })?;
-        match uri.scheme_str() {
-            Some("http") => {}
+        let scheme = match uri.scheme_str() {
+            Some(s @ ("http" | "https")) => s.to_owned(),
             Some(other) => {
                 return Err(invalid(&format!(
-                    "scheme '{other}' is not supported; use http://host:port"
+                    "scheme '{other}' is not supported; use http://host:port or https://host:port"
                 )))
             }
             None => return Err(invalid("it has no scheme; use http://host:port")),
-        }
+        };
+        let tls = match (tls, scheme.as_str()) {
+            (Some(tls), _) => tls,
+            (None, "https") => {
+                crate::tls::client_config(None, None).map_err(|e| invalid(&e.to_string()))?
+            }
+            // Never used on an http:// URL.
+            (None, _) => Arc::new(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| invalid(&e.to_string()))?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            ),
+        };
         let Some(authority) = uri.authority() else {
             return Err(invalid("it has no host; use http://host:port"));
         };
@@ -228,10 +263,16 @@ impl AdminClient {
             return Err(invalid("it must not have a query"));
         }
         let prefix = uri.path().trim_end_matches('/');
-        let root = format!("http://{authority}{prefix}");
+        let root = format!("{scheme}://{authority}{prefix}");
         let base = format!("{root}{BASE_PATH}");
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Self::DEFAULT_TIMEOUT));
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(AdminClient {
             http,

@@ -7,6 +7,7 @@
 // with the `testkit` feature.
 #![cfg_attr(not(feature = "testkit"), allow(rustdoc::broken_intra_doc_links))]
 
+pub mod auth;
 mod client;
 mod http;
 pub mod metrics;
@@ -15,6 +16,7 @@ mod operator;
 mod start;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+pub mod tls;
 pub mod wire;
 
 pub use client::{AdminClient, ClientError};

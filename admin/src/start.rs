@@ -35,6 +35,13 @@ impl Node {
     /// [`NodeError`] naming what could not start; nothing is left running.
     pub async fn start(mut config: NodeConfig) -> Result<Node, NodeError> {
         check(&config)?;
+        let tls = match &config.tls {
+            Some(settings) => Some(
+                crate::tls::server_config(settings)
+                    .map_err(|e| NodeError::InvalidSettings(e.to_string()))?,
+            ),
+            None => None,
+        };
         let metrics = Arc::new(NodeMetrics::default());
         config.client_factory = metered(config.client_factory.clone(), metrics.clone());
         let registry = Registry::with_root(config.store.clone(), &config.registry_root)?;
@@ -49,7 +56,8 @@ impl Node {
             addr: config.listen,
             source,
         })?;
-        let url = format!("http://{addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
         // The node id first: a second node with the same id opens nothing.
         let registration = Registration::new(&config.node_id, &url);
         register(config.store.as_ref(), &config.nodes_root, &registration).await?;
@@ -105,28 +113,42 @@ impl Node {
                 metrics,
                 tasks: parking_lot::Mutex::new(Vec::new()),
                 stop,
+                fail_stopped: watch::channel(None).0,
             }),
         };
-        node.spawn_tasks(listener, stop_rx);
+        node.spawn_tasks(listener, tls, stop_rx);
         tracing::info!(node = %node.node_id(), url = %node.url(), "node started");
         Ok(node)
     }
 
     /// Spawns the REST server and the background duties.
-    fn spawn_tasks(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
+    fn spawn_tasks(
+        &self,
+        listener: TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        stop: watch::Receiver<bool>,
+    ) {
         let inner = &self.inner;
         let node_id = inner.config.node_id.clone();
         let mut tasks = inner.tasks.lock();
         tasks.push(tokio::spawn(crate::http::serve(
             listener,
             self,
+            tls,
             stop.clone(),
         )));
+        let weak = self.downgrade();
         tasks.push(tokio::spawn(keep(
             inner.config.store.clone(),
             inner.config.nodes_root.clone(),
             inner.registration.clone(),
             stop.clone(),
+            Box::new(move |reason| {
+                // Its own task: the stop aborts the task that found it.
+                if let Some(node) = weak.upgrade() {
+                    tokio::spawn(async move { node.fail_stop(reason).await });
+                }
+            }),
         )));
         if let Some(duties) = inner.sync.take_duties() {
             tasks.push(tokio::spawn(coordinate(
@@ -189,10 +211,18 @@ fn check(config: &NodeConfig) -> Result<(), NodeError> {
             config.node_id
         )));
     }
-    if config.admin_token.is_empty() || config.internal_token.is_empty() {
-        return Err(NodeError::InvalidSettings(
-            "the admin and internal tokens must not be empty: every endpoint needs one".into(),
-        ));
+    match &config.jwt {
+        Some(jwt) => {
+            crate::auth::JwtVerifier::new(jwt).map_err(|e| {
+                NodeError::InvalidSettings(format!("the JWT verification key: {e}"))
+            })?;
+        }
+        None if config.admin_token.is_empty() || config.internal_token.is_empty() => {
+            return Err(NodeError::InvalidSettings(
+                "the admin and internal tokens must not be empty: every endpoint needs one".into(),
+            ));
+        }
+        None => {}
     }
     Ok(())
 }
@@ -236,6 +266,7 @@ fn orchestrator(
         node_id: config.node_id.clone(),
         local: topics.clone(),
         internal_token: config.internal_token.clone(),
+        tls: config.tls_client.clone(),
     });
     let orchestrator = Orchestrator::new(
         config.store.clone(),

@@ -7,10 +7,16 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod ack_log;
 pub mod cli;
 pub mod demo;
 mod progress;
+pub mod pulsar;
+pub mod security;
 pub mod settings;
 mod traffic;
 
-pub use traffic::{encode_payload, PhaseStats, TopicHandle, Traffic, TrafficPhase, TrafficReport};
+pub use ack_log::{AckLog, AckLogContents, AckRecord};
+pub use traffic::{
+    encode_payload, PhaseStats, TopicHandle, Traffic, TrafficOptions, TrafficPhase, TrafficReport,
+};

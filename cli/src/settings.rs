@@ -131,6 +131,9 @@ pub struct ServeSettings {
     pub listen: SocketAddr,
     /// `bkswitchForcedRolloverRate` (0: natural rollover only).
     pub forced_rollover_rate: u32,
+    /// TLS, JWT and token-file keys: see
+    /// [`SecuritySettings`](crate::security::SecuritySettings).
+    pub security: crate::security::SecuritySettings,
 }
 
 impl Default for ServeSettings {
@@ -150,6 +153,7 @@ impl Default for ServeSettings {
             node_id: "node-1".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             forced_rollover_rate: 100,
+            security: Default::default(),
         }
     }
 }
@@ -306,6 +310,7 @@ impl ServeSettings {
                         .parse()
                         .map_err(|_| bad("a whole number of topics per second (0: none)"))?;
                 }
+                k if next.security.apply_key(k, &value) => {}
                 _ => warnings.push(format!(
                     "{path}:{number}: unknown key `{key}` ignored (known keys: see `bookie-switch \
                      serve --help` or the settings table in the README)"
@@ -362,6 +367,7 @@ bkswitchForcedRolloverRate=0
                 node_id: "broker-7".into(),
                 listen: "127.0.0.1:9090".parse().unwrap(),
                 forced_rollover_rate: 0,
+                security: Default::default(),
             }
         );
         let mut never = ServeSettings::default();

@@ -12,6 +12,10 @@
 //! **resumed backlog**; their sequence starts wherever the previous run's
 //! acknowledgements stopped, and gaps after that are gaps. Publishes are
 //! retried on retryable errors and every failed attempt is counted.
+//!
+//! With an [`AckLog`], every acknowledged publish is appended to it (topic,
+//! ledger, entry, incarnation, sequence, size) before it is counted: a
+//! checker reads each one back after the process is gone, killed or not.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -23,6 +27,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::task::JoinSet;
+
+use crate::ack_log::{AckLog, AckRecord};
 
 /// Phase of the run a publish latency is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -129,6 +135,21 @@ struct Shared {
     last_published: Mutex<BTreeMap<String, u64>>,
     /// Highest sequence consumed per topic.
     last_consumed: Mutex<BTreeMap<String, u64>>,
+    /// Where acknowledged publishes are logged, if anywhere.
+    ack_log: Option<Arc<AckLog>>,
+    /// Whether consumers trim the ledgers they consumed.
+    trim: bool,
+}
+
+/// Options of [`Traffic::start_with`].
+#[derive(Debug, Clone, Default)]
+pub struct TrafficOptions {
+    /// Append every acknowledged publish here before counting it.
+    pub ack_log: Option<Arc<AckLog>>,
+    /// After a mark-delete that reached a later ledger, trim the ledgers
+    /// every cursor has consumed (as a broker does after a rollover), so
+    /// that consumed ledgers leave the managed ledger and are deleted.
+    pub trim_consumed_ledgers: bool,
 }
 
 /// Producers and consumers running on a set of topics.
@@ -180,8 +201,28 @@ impl Traffic {
     /// `payload_size` bytes) and one consumer per topic, with a new producer
     /// incarnation. Sequence numbers start at 1.
     pub fn start(topics: &[TopicHandle], rate_per_topic: u32, payload_size: usize) -> Traffic {
+        Traffic::start_with(
+            topics,
+            rate_per_topic,
+            payload_size,
+            TrafficOptions::default(),
+        )
+    }
+
+    /// [`start`](Traffic::start) with `options`: every acknowledged publish
+    /// appended to the ack log before it is counted (a producer whose line
+    /// cannot be written stops, its publish counted as failed: it could not
+    /// say what it was told), consumed ledgers trimmed.
+    pub fn start_with(
+        topics: &[TopicHandle],
+        rate_per_topic: u32,
+        payload_size: usize,
+        options: TrafficOptions,
+    ) -> Traffic {
         let shared = Arc::new(Shared {
             incarnation: new_incarnation(),
+            ack_log: options.ack_log,
+            trim: options.trim_consumed_ledgers,
             ..Shared::default()
         });
         shared.phase_started.lock()[0] = Some(Instant::now());
@@ -194,8 +235,8 @@ impl Traffic {
             producers.spawn(async move { produce(s, ml, interval, payload_size).await });
             let s = shared.clone();
             let cursor = t.cursor.clone();
-            let name = t.ledger.name().to_owned();
-            consumers.spawn(async move { consume(s, name, cursor).await });
+            let ml = t.ledger.clone();
+            consumers.spawn(async move { consume(s, ml, cursor).await });
         }
         Traffic {
             shared,
@@ -308,9 +349,9 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
     while !s.stop_producers.load(Ordering::Acquire) {
         tick.tick().await;
         let started = Instant::now();
-        loop {
+        let position = loop {
             match ml.append(encode_payload(s.incarnation, seq, size)).await {
-                Ok(_) => break,
+                Ok(position) => break position,
                 Err(e) => {
                     s.publish_failures.fetch_add(1, Ordering::Relaxed);
                     s.first_publish_error
@@ -322,6 +363,23 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
+        };
+        if let Some(log) = &s.ack_log {
+            let record = AckRecord {
+                topic: name.clone(),
+                ledger_id: position.ledger_id,
+                entry_id: position.entry_id,
+                incarnation: s.incarnation,
+                seq,
+                size: size.max(16),
+            };
+            if let Err(e) = log.record(&record) {
+                s.publish_failures.fetch_add(1, Ordering::Relaxed);
+                s.first_publish_error.lock().get_or_insert_with(|| {
+                    format!("{name}: ack log {}: {e}", log.path().display())
+                });
+                return;
+            }
         }
         let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
         let phase = TrafficPhase::from_u8(s.phase.load(Ordering::Acquire)) as usize;
@@ -332,7 +390,8 @@ async fn produce(s: Arc<Shared>, ml: ManagedLedger, interval: Duration, size: us
     }
 }
 
-async fn consume(s: Arc<Shared>, name: String, cursor: ManagedCursor) {
+async fn consume(s: Arc<Shared>, ml: ManagedLedger, cursor: ManagedCursor) {
+    let name = ml.name().to_owned();
     // The next sequence expected per incarnation: this run's starts at 1, an
     // earlier one's wherever its first resumed entry is.
     let mut expected: BTreeMap<u64, u64> = BTreeMap::from([(s.incarnation, 1)]);
@@ -376,7 +435,12 @@ async fn consume(s: Arc<Shared>, name: String, cursor: ManagedCursor) {
         loop {
             match cursor.mark_delete(last).await {
                 Ok(()) => {
-                    s.acked.lock().insert(name.clone(), last);
+                    let previous = s.acked.lock().insert(name.clone(), last);
+                    if s.trim && previous.is_some_and(|p| p.ledger_id < last.ledger_id) {
+                        // Best effort, as a broker's background trim: a
+                        // failure leaves the ledgers for the next one.
+                        let _ = ml.trim_consumed_ledgers().await;
+                    }
                     break;
                 }
                 Err(e) => {

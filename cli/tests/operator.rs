@@ -12,6 +12,7 @@ use bkswitch_cli::demo::{run_demo, DemoOptions};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_store::MemoryStore;
 use clap::Parser;
+use common::procs;
 use common::*;
 
 async fn cli(url: &str, args: &[&str]) -> Result<String, String> {
@@ -114,46 +115,22 @@ async fn cli_drives_a_whole_switch_against_a_real_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_binary_answers_the_api_and_refuses_bad_flags() {
     let bin = env!("CARGO_BIN_EXE_bookie-switch");
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut child = std::process::Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--cluster-name",
-            "old",
-        ])
-        .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-        .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}{BASE}/status");
-    let mut answer = None;
-    for _ in 0..400 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            continue;
-        }
-        let probe =
-            tokio::time::timeout(Duration::from_secs(1), raw("GET", &url, Some(ADMIN), None));
-        if let Ok((200, v)) = probe.await {
-            answer = Some(v);
-            break;
-        }
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let st = answer.expect("serve answered GET /status");
+    let dir = tempfile::tempdir().unwrap();
+    let port = procs::free_port();
+    let args = ["--cluster-name".to_owned(), "old".to_owned()];
+    let serve = procs::launch(
+        "serve",
+        port,
+        &args,
+        ADMIN,
+        INTERNAL,
+        &dir.path().join("serve.log"),
+    )
+    .await;
+    let url = format!("{}{BASE}/status", serve.url);
+    let (code, st) = raw("GET", &url, Some(ADMIN), None).await;
+    assert_eq!(code, 200, "{st}");
+    procs::kill(serve);
     assert_eq!(st["activeCluster"], "old", "{st}");
     assert_eq!(st["bootstrapCluster"], "old");
 

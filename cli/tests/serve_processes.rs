@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -29,24 +28,8 @@ use bkswitch_metadata_store::{MetadataStore, ZkStore, ZkStoreOptions};
 use bkswitch_proto::codec::decode_managed_cursor_info;
 use bkswitch_proto::Stamped;
 use bkswitch_registry::ClusterStatus;
-use bkswitch_zk_harness::{GuardedIo, GuardedProcess};
+use common::procs::{free_port, kill, launch, terminate, Proc, BIN};
 use common::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_bookie-switch");
-
-struct Serve {
-    process: GuardedProcess,
-    log: std::path::PathBuf,
-    url: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn topics_of(node: usize) -> Vec<String> {
     (0..2)
@@ -54,31 +37,24 @@ fn topics_of(node: usize) -> Vec<String> {
         .collect()
 }
 
-fn spawn(dir: &Path, node: usize, metadata: &str, old_uri: &str, rate: u32) -> Serve {
-    spawn_with(dir, node, metadata, old_uri, rate, &[])
-}
-
-fn spawn_with(
+/// Starts `bookie-switch serve` as `node-<node>` on `metadata` and the
+/// bookies of `old_uri`, with traffic on its two topics and `extra` flags;
+/// returns once its REST API answers.
+async fn spawn_with(
     dir: &Path,
     node: usize,
     metadata: &str,
     old_uri: &str,
     rate: u32,
     extra: &[&str],
-) -> Serve {
+) -> Proc {
     let port = free_port();
-    let state = dir.join(format!("node-{node}-{port}"));
-    std::fs::create_dir_all(&state).unwrap();
-    let log = state.join("serve.log");
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "serve",
+    let log = dir.join(format!("node-{node}-{port}.log"));
+    let mut args: Vec<String> = [
         "--node-id",
         &format!("node-{node}"),
         "--metadata-store",
         metadata,
-        "--listen",
-        &format!("127.0.0.1:{port}"),
         "--bookkeeper-uri",
         old_uri,
         "--cluster-name",
@@ -89,60 +65,45 @@ fn spawn_with(
         &rate.to_string(),
         "--old-ledger-read-timeout-ms",
         "2000",
-    ])
-    .args(extra)
-    .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-    .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
-    let process = GuardedProcess::spawn(&cmd, &state, &log, GuardedIo::Log, false).unwrap();
-    Serve {
-        process,
-        log,
-        url: format!("http://127.0.0.1:{port}"),
-    }
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    launch("serve", port, &args, ADMIN, INTERNAL, &log).await
 }
 
-fn log_of(s: &Serve) -> String {
-    std::fs::read_to_string(&s.log).unwrap_or_default()
+/// `count` nodes started at once.
+async fn spawn_all(
+    count: usize,
+    dir: &Path,
+    metadata: &str,
+    old_uri: &str,
+    rate: u32,
+    extra: &[&str],
+) -> Vec<Proc> {
+    futures::future::join_all(
+        (0..count).map(|i| spawn_with(dir, i, metadata, old_uri, rate, extra)),
+    )
+    .await
 }
 
-async fn wait_serving(nodes: &mut [Serve]) {
-    for s in nodes.iter_mut() {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            assert!(s.process.is_running(), "serve exited:\n{}", log_of(s));
-            if log_of(s).contains(" serving http://") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not start:\n{}",
-                log_of(s)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+fn log_of(p: &Proc) -> String {
+    p.log_text()
 }
 
 /// Stops every process with SIGTERM and returns each one's traffic line.
-fn stop(nodes: Vec<Serve>) -> Vec<String> {
-    let mut lines = Vec::new();
-    for mut s in nodes {
-        assert!(s.process.terminate());
-        let status = s
-            .process
-            .wait_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|| panic!("serve did not stop on SIGTERM:\n{}", log_of(&s)));
-        assert!(status.success(), "{status:?}:\n{}", log_of(&s));
-        let log = log_of(&s);
-        lines.push(
+fn stop(nodes: Vec<Proc>) -> Vec<String> {
+    nodes
+        .into_iter()
+        .map(|p| {
+            let log = terminate(p);
             log.lines()
                 .find(|l| l.starts_with("traffic: "))
                 .unwrap_or_else(|| panic!("no traffic summary:\n{log}"))
-                .to_owned(),
-        );
-        s.process.close();
-    }
-    lines
+                .to_owned()
+        })
+        .collect()
 }
 
 /// `(published, failures, gaps)` of a `traffic: …` line.
@@ -257,10 +218,7 @@ async fn three_serve_processes_switch_between_real_clusters() {
     let old_uri = old.metadata_service_uri();
     let new_uri = new.metadata_service_uri();
 
-    let mut nodes: Vec<Serve> = (0..3)
-        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 30))
-        .collect();
-    wait_serving(&mut nodes).await;
+    let nodes = spawn_all(3, dir.path(), &metadata, &old_uri, 30, &[]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let store: Arc<ZkStore> = Arc::new(
         ZkStore::connect(&metadata, ZkStoreOptions::default())
@@ -313,10 +271,7 @@ async fn three_serve_processes_switch_between_real_clusters() {
 
     // Every process starts again on the same metadata: the registry names
     // `new`, every topic opens (serve exits if one does not) and traffic runs.
-    let mut nodes: Vec<Serve> = (0..3)
-        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 30))
-        .collect();
-    wait_serving(&mut nodes).await;
+    let nodes = spawn_all(3, dir.path(), &metadata, &old_uri, 30, &[]).await;
     for n in &nodes {
         assert!(log_of(n).contains("(active cluster: new)"), "{}", log_of(n));
     }
@@ -353,10 +308,7 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
     let old_uri = old.metadata_service_uri();
     let new_uri = new.metadata_service_uri();
     let session = ["--metadata-store-session-timeout-ms", "4000"];
-    let mut nodes: Vec<Serve> = (0..3)
-        .map(|i| spawn_with(dir.path(), i, &metadata, &old_uri, 20, &session))
-        .collect();
-    wait_serving(&mut nodes).await;
+    let mut nodes = spawn_all(3, dir.path(), &metadata, &old_uri, 20, &session).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let store: Arc<ZkStore> = Arc::new(
         ZkStore::connect(&metadata, ZkStoreOptions::default())
@@ -373,7 +325,7 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
     // Asked on node-0, which is the directive's origin; killed at once.
     origin.switch("new").await.unwrap();
     let dead = nodes.remove(0);
-    dead.process.kill();
+    kill(dead);
     let survivor = AdminClient::new(&nodes[0].url, ADMIN)
         .unwrap()
         .with_timeout(Duration::from_secs(60));
@@ -420,33 +372,23 @@ async fn the_leader_takes_over_a_switch_whose_origin_died() {
     store.close().await.unwrap();
 }
 
-fn spawn_coordinator(dir: &Path, metadata: &str, old_uri: &str) -> Serve {
+async fn spawn_coordinator(dir: &Path, metadata: &str, old_uri: &str) -> Proc {
     let port = free_port();
-    let state = dir.join(format!("coordinator-{port}"));
-    std::fs::create_dir_all(&state).unwrap();
-    let log = state.join("coordinator.log");
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "coordinator",
+    let log = dir.join(format!("coordinator-{port}.log"));
+    let args: Vec<String> = [
         "--node-id",
         "coordinator",
         "--metadata-store",
         metadata,
-        "--listen",
-        &format!("127.0.0.1:{port}"),
         "--bookkeeper-uri",
         old_uri,
         "--cluster-name",
         "old",
-    ])
-    .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
-    .env("BKSWITCH_INTERNAL_TOKEN", INTERNAL);
-    let process = GuardedProcess::spawn(&cmd, &state, &log, GuardedIo::Log, false).unwrap();
-    Serve {
-        process,
-        log,
-        url: format!("http://127.0.0.1:{port}"),
-    }
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    launch("coordinator", port, &args, ADMIN, INTERNAL, &log).await
 }
 
 /// A dedicated coordinator (`bookie-switch coordinator`) beside two brokers
@@ -478,18 +420,11 @@ async fn a_dedicated_coordinator_runs_the_switch_for_the_brokers() {
     let dir = tempfile::tempdir().unwrap();
     let old_uri = old.metadata_service_uri();
     let new_uri = new.metadata_service_uri();
-    let mut nodes: Vec<Serve> = (0..2)
-        .map(|i| spawn(dir.path(), i, &metadata, &old_uri, 20))
-        .collect();
-    let mut coordinator = vec![spawn_coordinator(dir.path(), &metadata, &old_uri)];
-    wait_serving(&mut nodes).await;
+    let nodes = spawn_all(2, dir.path(), &metadata, &old_uri, 20, &[]).await;
+    let mut coordinator = vec![spawn_coordinator(dir.path(), &metadata, &old_uri).await];
     let deadline = Instant::now() + Duration::from_secs(60);
     while !log_of(&coordinator[0]).contains("coordinator coordinator serving") {
-        assert!(
-            coordinator[0].process.is_running(),
-            "{}",
-            log_of(&coordinator[0])
-        );
+        assert!(coordinator[0].is_running(), "{}", log_of(&coordinator[0]));
         assert!(Instant::now() < deadline, "{}", log_of(&coordinator[0]));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -521,10 +456,7 @@ async fn a_dedicated_coordinator_runs_the_switch_for_the_brokers() {
         assert!(published > 0, "{line}");
         assert_eq!((failures, gaps), (0, 0), "{line}");
     }
-    let c = coordinator.remove(0);
-    let mut p = c.process;
-    assert!(p.terminate());
-    p.close();
+    terminate(coordinator.remove(0));
 }
 
 async fn store_of(metadata: &str) -> Arc<ZkStore> {

@@ -46,6 +46,11 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", message)
     }
 
+    /// 403 `FORBIDDEN`.
+    pub(super) fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
+    }
+
     /// 404 `NOT_FOUND`.
     pub(super) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
@@ -178,6 +183,7 @@ impl From<NodeError> for ApiError {
             | NodeError::NoMigrationParticipant { .. }) => ApiError::conflict(e.to_string()),
             NodeError::Invalid { field, message } => ApiError::invalid(Some(field), message),
             e @ NodeError::NoSwitch => ApiError::not_found(e.to_string()),
+            e @ NodeError::FailStopped { .. } => ApiError::unavailable(e.to_string()),
             e @ NodeError::InvalidMigration { .. } => {
                 ApiError::invalid(Some("targetUrl"), e.to_string())
             }

@@ -25,52 +25,15 @@ use prometheus_client::registry::Registry;
 
 use crate::node::Node;
 
+/// Turns [`render`]'s OpenMetrics text into the classic Prometheus text
+/// format 0.0.4 (`bkswitch-metrics-text`).
+pub use bkswitch_metrics_text::to_prometheus_text;
 /// The content type of [`render`]'s text (OpenMetrics), what Prometheus asks
 /// for.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
+pub use bkswitch_metrics_text::OPENMETRICS_CONTENT_TYPE as CONTENT_TYPE;
 /// The content type of [`to_prometheus_text`]'s text (the classic Prometheus
 /// text format), for every other client (`curl`, `promtool check metrics`).
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Turns [`render`]'s OpenMetrics text into the classic Prometheus text
-/// format 0.0.4, which `prometheus-client` does not encode: the two differ,
-/// for what this node exposes, only in that a counter family is named with
-/// its `_total` suffix in its `HELP`/`TYPE` lines, and in the `# UNIT` and
-/// `# EOF` lines (dropped). Samples are left as they are.
-pub fn to_prometheus_text(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::with_capacity(openmetrics.len() + counters.len() * 12);
-    for line in openmetrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let header = ["# HELP ", "# TYPE "]
-            .into_iter()
-            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
-        match header {
-            Some((prefix, rest)) => {
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                out.push_str(prefix);
-                out.push_str(name);
-                if counters.contains(name) {
-                    out.push_str("_total");
-                }
-                if !tail.is_empty() {
-                    out.push(' ');
-                    out.push_str(tail);
-                }
-            }
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
-}
+pub use bkswitch_metrics_text::TEXT_CONTENT_TYPE;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ClusterLabels {
@@ -332,6 +295,9 @@ pub async fn render(node: &Node) -> String {
             ConstGauge::new(i64::from(h.participant().is_paused())),
         );
     }
+    if let Ok(Some(rec)) = node.topic_switcher().status().await {
+        register_topic_switch(&mut reg, &rec);
+    }
     let mut out = String::new();
     if let Err(e) = encode(&mut out, &reg) {
         tracing::warn!(error = %e, "encoding the metrics");
@@ -450,18 +416,42 @@ const PHASES: [Phase; 8] = [
     Phase::RolledBack,
 ];
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_get_their_suffix_in_the_classic_text_format() {
-        let om = "# HELP a_events Events.\n# TYPE a_events counter\na_events_total{k=\"v\"} 3\n\
-                  # HELP b Gauge.\n# TYPE b gauge\nb 1\n# UNIT c seconds\n# EOF\n";
-        assert_eq!(
-            to_prometheus_text(om),
-            "# HELP a_events_total Events.\n# TYPE a_events_total counter\n\
-             a_events_total{k=\"v\"} 3\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n"
-        );
+/// The topic move between Pulsar clusters, read from its record at scrape
+/// time (any node reports it: the record is shared).
+fn register_topic_switch(reg: &mut Registry, rec: &bkswitch_topic_switch::SwitchRecord) {
+    let state: Family<StateLabels, Gauge> = Family::default();
+    state
+        .get_or_create(&StateLabels {
+            state: serde_json::to_value(rec.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        })
+        .set(1);
+    reg.register(
+        "bkswitch_topic_switch_state",
+        "The state of the latest topic move between Pulsar clusters (1 for the current one)",
+        state,
+    );
+    let phases: Family<PhaseLabels, Gauge> = Family::default();
+    for b in &rec.batches {
+        phases
+            .get_or_create(&PhaseLabels {
+                phase: serde_json::to_value(b.phase)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            })
+            .inc();
     }
+    reg.register(
+        "bkswitch_topic_switch_batches",
+        "Batches of the latest topic move, by phase",
+        phases,
+    );
+    reg.register(
+        "bkswitch_topic_switch_updated_timestamp_seconds",
+        "When the latest topic move's record was last written (Unix seconds)",
+        ConstGauge::new(rec.updated_at_ms / 1000),
+    );
 }

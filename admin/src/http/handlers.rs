@@ -134,19 +134,13 @@ pub(super) async fn promote_cursor(
 /// (Prometheus does), else in the classic Prometheus text format.
 pub(super) async fn metrics(Live(node): Live, headers: axum::http::HeaderMap) -> Response {
     let body = super::exposition::render(&node).await;
-    let openmetrics = headers
-        .get_all(axum::http::header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"));
-    let (content_type, body) = if openmetrics {
-        (super::exposition::CONTENT_TYPE, body)
-    } else {
-        (
-            super::exposition::TEXT_CONTENT_TYPE,
-            super::exposition::to_prometheus_text(&body),
-        )
-    };
+    let (content_type, body) = bkswitch_metrics_text::negotiate(
+        headers
+            .get_all(axum::http::header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+        body,
+    );
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
 

@@ -107,6 +107,9 @@ impl MeteredClient {
 
 #[async_trait]
 impl BookKeeper for MeteredClient {
+    async fn advance_ledger_ids_beyond(&self, above: LedgerId) -> Result<()> {
+        self.inner.advance_ledger_ids_beyond(above).await
+    }
     fn cluster_name(&self) -> &str {
         self.inner.cluster_name()
     }

@@ -79,6 +79,19 @@ pub struct NodeConfig {
     /// [`store`](Self::store) must be the participant itself (or a store on
     /// top of it): [`with_migration`](Self::with_migration) sets both.
     pub migration: Option<super::MigrationHandle>,
+    /// HTTPS for the REST API: `None` (the default) serves plain HTTP. With
+    /// it, plain HTTP is refused and the node's URL is `https://…`.
+    pub tls: Option<crate::tls::TlsServerSettings>,
+    /// The TLS client settings of this node's calls to other nodes
+    /// (`/internal/promote-cursor` on an `https://` node); `None`: the
+    /// system's roots. See [`client_config`](crate::tls::client_config).
+    pub tls_client: Option<Arc<rustls::ClientConfig>>,
+    /// JWT authentication besides the static tokens (Pulsar's
+    /// `AuthenticationProviderToken`); with it, the static tokens may be
+    /// empty (not accepted then). The node still sends
+    /// [`internal_token`](Self::internal_token) to other nodes: a JWT of an
+    /// internal role then.
+    pub jwt: Option<crate::auth::JwtSettings>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -89,6 +102,8 @@ impl std::fmt::Debug for NodeConfig {
             .field("cluster_name", &self.cluster_name)
             .field("registry_root", &self.registry_root)
             .field("listen", &self.listen)
+            .field("tls", &self.tls)
+            .field("jwt", &self.jwt)
             .finish_non_exhaustive()
     }
 }
@@ -160,6 +175,9 @@ impl NodeConfig {
             dedicated_coordinator: false,
             clock: Arc::new(SystemClock),
             migration: None,
+            tls: None,
+            tls_client: None,
+            jwt: None,
         }
     }
 
@@ -217,6 +235,18 @@ pub enum NodeError {
         owner: String,
         /// Its REST base URL.
         url: String,
+    },
+    /// The node stopped by itself: another live node holds its id
+    /// ([`Node::fail_stopped`](crate::Node::fail_stopped)).
+    #[error(
+        "node `{node}` stopped by itself and claims nothing any more: {reason}. Restart it \
+         with a unique node id"
+    )]
+    FailStopped {
+        /// The node.
+        node: String,
+        /// Why it stopped.
+        reason: String,
     },
     /// A dedicated coordinator was asked to serve a topic.
     #[error(

@@ -26,8 +26,10 @@
 
 mod config;
 pub(crate) mod duties;
+mod fail_stop;
 pub(crate) mod migration;
 pub(crate) mod ownership;
+mod pulsar;
 pub(crate) mod registration;
 mod start_lock;
 mod switches;
@@ -86,6 +88,8 @@ pub(crate) struct NodeInner {
     pub(crate) metrics: Arc<crate::metrics::NodeMetrics>,
     pub(crate) tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
     pub(crate) stop: watch::Sender<bool>,
+    /// Why the node stopped by itself ([`Node::fail_stopped`]).
+    pub(crate) fail_stopped: watch::Sender<Option<String>>,
 }
 
 /// A running broker-like node: the multi-cluster storage, the registry sync,
@@ -255,11 +259,18 @@ impl Node {
     /// # Errors
     ///
     /// [`NodeError::TopicOwned`] when another live node owns it (nothing
-    /// loaded, nothing written); [`NodeError::DedicatedCoordinator`] on a
+    /// loaded, nothing written); [`NodeError::FailStopped`] once the node
+    /// stopped by itself; [`NodeError::DedicatedCoordinator`] on a
     /// node that serves no topics; [`NodeError::Metadata`] when the ownership
     /// cannot be recorded; managed-ledger errors of opening (the claim is
     /// released again).
     pub async fn open_topic(&self, name: &str) -> Result<ManagedLedger, NodeError> {
+        if let Some(reason) = self.fail_stopped() {
+            return Err(NodeError::FailStopped {
+                node: self.inner.config.node_id.clone(),
+                reason,
+            });
+        }
         if self.inner.config.dedicated_coordinator {
             return Err(NodeError::DedicatedCoordinator {
                 node: self.inner.config.node_id.clone(),

@@ -133,6 +133,8 @@ pub(crate) struct NodeOwners {
     pub(crate) node_id: String,
     pub(crate) local: Arc<LocalTopics>,
     pub(crate) internal_token: String,
+    /// The TLS client settings of calls to `https://` nodes.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 #[async_trait]
@@ -164,6 +166,7 @@ impl TopicOwners for NodeOwners {
             url: o.url,
             node_id: o.node_id,
             token: self.internal_token.clone(),
+            tls: self.tls.clone(),
         })))
     }
 }
@@ -174,6 +177,7 @@ struct HttpPromoter {
     url: String,
     node_id: String,
     token: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 #[async_trait]
@@ -184,8 +188,10 @@ impl CursorPromoter for HttpPromoter {
     ) -> Result<CursorPromoteOutcome, PromoteError> {
         let owner = &self.node_id;
         let client =
-            AdminClient::new(&self.url, &self.token).map_err(|e| PromoteError::Unavailable {
-                reason: format!("owner node {owner} at {}: {e}", self.url),
+            AdminClient::with_tls(&self.url, &self.token, self.tls.clone()).map_err(|e| {
+                PromoteError::Unavailable {
+                    reason: format!("owner node {owner} at {}: {e}", self.url),
+                }
             })?;
         match client
             .promote_cursor(&PromoteCursorRequest::from(req))

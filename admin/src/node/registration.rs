@@ -26,9 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_metadata_store::{
-    CreateMode, ErrorKind, ExpectedVersion, MetadataStore, Notification, SessionEvent,
-};
+use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MetadataStore};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -187,15 +185,20 @@ pub(crate) async fn deregister(store: &dyn MetadataStore, root: &str, reg: &Regi
     }
 }
 
+/// What [`keep`] calls, with the reason, when a live node took the id.
+pub(crate) type OnTaken = Box<dyn Fn(String) + Send + Sync>;
+
 /// Keeps `reg` registered under `root` until `stop`: when the registration
 /// disappears (a session expiry, a deletion), it is taken again as at start
-/// ([`register`]); a live node that took the id meanwhile is logged as an
-/// error (two nodes now run with one id) and left alone.
+/// ([`register`]); when a live node took the id meanwhile, `on_taken` is
+/// called (the node fail-stops: see `fail_stop.rs`) and the registration is
+/// left to that node.
 pub(crate) async fn keep(
     store: Arc<dyn MetadataStore>,
     root: String,
     reg: Registration,
     mut stop: watch::Receiver<bool>,
+    on_taken: OnTaken,
 ) {
     let path = path(&root, &reg.node_id);
     let mut events = loop {
@@ -220,45 +223,64 @@ pub(crate) async fn keep(
         // nemesis: a node frozen past its session came back unregistered, and
         // a second node took its id).
         if check {
-            check = !ensure(store.as_ref(), &root, &reg).await;
+            match ensure(store.as_ref(), &root, &reg).await {
+                Ensured::Held => check = false,
+                Ensured::Retry => {}
+                Ensured::Taken(reason) => {
+                    on_taken(reason);
+                    return;
+                }
+            }
         }
         tokio::select! {
             _ = stop.changed() => return,
             () = tokio::time::sleep(Duration::from_millis(500)), if check => {}
+            // Every event on the registration is checked: a deletion, a new
+            // session, but also a creation or a change — another node that
+            // took the id while this one's session was lost (found by the
+            // nemesis, N20: a creation used to end the retries, and the node
+            // ran on beside the one holding its id).
             event = events.next() => match event {
                 None => return, // the store is closed
-                Some(Notification::Deleted { .. })
-                | Some(Notification::Session(SessionEvent::SessionReestablished)) => check = true,
-                Some(_) => check = false,
+                Some(_) => check = true,
             },
         }
     }
 }
 
-/// Registers `reg` again unless the registration is already its own;
-/// `false` when it must be tried again (the store failed for now).
-async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) -> bool {
+/// What [`ensure`] found.
+enum Ensured {
+    /// The registration is this node's.
+    Held,
+    /// The store failed for now: try again shortly.
+    Retry,
+    /// A live node holds the id (the reason, for the operator).
+    Taken(String),
+}
+
+/// Registers `reg` again unless the registration is already its own.
+async fn ensure(store: &dyn MetadataStore, root: &str, reg: &Registration) -> Ensured {
     let current = store.get(&path(root, &reg.node_id)).await;
     if let Ok(Some(r)) = &current {
         if serde_json::from_slice::<Registration>(&r.value)
             .is_ok_and(|h| h.instance == reg.instance)
         {
-            return true;
+            return Ensured::Held;
         }
     }
     match register(store, root, reg).await {
         Ok(()) => {
             tracing::info!(node = %reg.node_id, "node id registered again");
-            true
+            Ensured::Held
         }
         Err(e @ NodeError::DuplicateNodeId { .. }) => {
             tracing::error!(error = %e, "another node took this node's id while its session was lost");
-            true
+            Ensured::Taken(e.to_string())
         }
         Err(e) => {
             tracing::warn!(node = %reg.node_id, error = %e,
                 "registering the node id again; retrying shortly");
-            false
+            Ensured::Retry
         }
     }
 }
@@ -282,15 +304,25 @@ async fn holder_gone(holder: &Registration, reg: &Registration) -> bool {
 }
 
 /// Whether something accepts connections at `url` (`http://host:port`).
+///
+/// The connect runs on the blocking pool with its own timeout: the probe
+/// then also answers truthfully under a paused clock (tokio does not jump
+/// time forward while a blocking task runs), which the nemesis's
+/// deterministic histories rely on — an asynchronous connect could be timed
+/// out by a clock that jumped before the connection was reported.
 async fn answers(url: &str) -> bool {
     let Some(addr) = url.strip_prefix("http://") else {
         return false;
     };
-    let addr = addr.trim_end_matches('/');
-    matches!(
-        tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(addr)).await,
-        Ok(Ok(_))
-    )
+    let addr = addr.trim_end_matches('/').to_owned();
+    tokio::task::spawn_blocking(move || {
+        use std::net::ToSocketAddrs;
+        addr.to_socket_addrs().is_ok_and(|mut addrs| {
+            addrs.any(|a| std::net::TcpStream::connect_timeout(&a, PROBE).is_ok())
+        })
+    })
+    .await
+    .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ mod error;
 mod json;
 mod migration;
 mod promote;
+mod pulsar;
 mod requests;
 mod status;
 
@@ -51,6 +52,9 @@ pub use migration::{
     MIGRATION_PATH,
 };
 pub use promote::{PromoteCursorRequest, PromoteCursorResponse, PromoteOutcome};
+pub use pulsar::{
+    PulsarClusterRequest, RemoveRouteRequest, RouteRequest, TopicSwitchRequest, PULSAR_PATH,
+};
 pub use requests::{
     CleanupRequest, OverrideRequest, ReadModeRequest, ReadModeResponse, RegisterRequest,
     RemoveOverrideRequest, RollbackRequest, SwitchRequest,

@@ -1,5 +1,6 @@
-//! Shared helpers of the admin tests: nodes on shared in-memory clusters, raw
-//! HTTP requests and metadata-tree snapshots.
+//! Shared helpers of the admin and CLI tests (the CLI's `tests/common` uses
+//! this file): nodes on shared in-memory clusters, raw HTTP requests and
+//! metadata-tree snapshots.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
 use std::sync::Arc;

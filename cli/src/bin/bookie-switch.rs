@@ -5,15 +5,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bkswitch_admin::auth::Secret;
 use bkswitch_admin::wire::BASE_PATH;
 use bkswitch_admin::{
     standard_client_factory, standard_idgen_source, MigrationHandle, Node, NodeConfig, NodeError,
 };
-use bkswitch_bk_client::MemoryClusters;
+use bkswitch_bk_client::{BkErrorKind, MemoryClusters};
 use bkswitch_bookkeeper::ClientConfig;
 use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
+use bkswitch_cli::security::{token, SecurityArgs};
 use bkswitch_cli::settings::ServeSettings;
-use bkswitch_cli::{TopicHandle, Traffic};
+use bkswitch_cli::{AckLog, TopicHandle, Traffic, TrafficOptions};
 use bkswitch_managed_ledger::InitialPosition;
 use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, UrlOpener};
 use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
@@ -45,6 +47,12 @@ enum Command {
     /// Read or advance a BookKeeper cluster's ledger-id generator (the step
     /// before a switch that the precheck checks).
     Idgen(IdgenArgs),
+    /// Pulsar clusters, topic routes and topic moves between clusters (the
+    /// routing table the lookup proxies follow).
+    Pulsar(bkswitch_cli::pulsar::PulsarArgs),
+    /// Run a lookup proxy: Pulsar clients use it as their service URL; it
+    /// redirects each topic's lookups to the cluster its route names.
+    LookupProxy(bkswitch_cli::pulsar::LookupProxyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -161,15 +169,19 @@ struct ServeArgs {
     /// Registry root in the metadata store (file key `bookieClusterConfigPath`, default /admin/bookie-clusters).
     #[arg(long)]
     registry_root: Option<String>,
-    /// Bearer token of the admin endpoints.
+    /// Bearer token of the admin endpoints (or `--admin-token-file`; optional
+    /// with JWTs).
     #[arg(long, env = "BKSWITCH_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: String,
-    /// Bearer token of the node-to-node endpoints.
+    admin_token: Option<Secret>,
+    /// Bearer token of the node-to-node endpoints, also sent to other nodes
+    /// (or `--internal-token-file`; with JWTs, a token of an internal role).
     #[arg(long, env = "BKSWITCH_INTERNAL_TOKEN", hide_env_values = true)]
-    internal_token: String,
+    internal_token: Option<Secret>,
     /// Bearer token `GET /metrics` requires (none by default, as in Pulsar).
     #[arg(long, env = "BKSWITCH_METRICS_TOKEN", hide_env_values = true)]
-    metrics_token: Option<String>,
+    metrics_token: Option<Secret>,
+    #[command(flatten)]
+    security: SecurityArgs,
     /// Topics this node owns (comma separated); each gets a producer and a
     /// consumer when `--rate` is set.
     #[arg(long, value_delimiter = ',')]
@@ -177,6 +189,30 @@ struct ServeArgs {
     /// Publishes per second per owned topic (0: no traffic generator).
     #[arg(long, default_value_t = 0)]
     rate: u32,
+    /// Append one line per publish of the traffic generator that the managed
+    /// ledger acknowledged to this file, before it is counted:
+    /// `ack <topic> <ledger id> <entry id> <incarnation> <sequence> <bytes>`
+    /// (the payload is the sequence and the incarnation, big-endian, then
+    /// zeros up to the size). One write per line, `O_APPEND`: what a process
+    /// killed with SIGKILL was told stays known, for a checker to read every
+    /// acknowledged message back. Needs `--rate`.
+    #[arg(long, value_name = "FILE")]
+    ack_log: Option<std::path::PathBuf>,
+    /// Roll a topic's data ledger over after this many entries (Pulsar's
+    /// `managedLedgerMaxEntriesPerLedger`, default 50000). Small values make
+    /// rollovers and trims, and so metadata writes, frequent.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_entries_per_ledger: Option<u64>,
+    /// Roll a cursor's ledger over after this many mark-delete entries
+    /// (Pulsar's `managedLedgerCursorMaxEntriesPerLedger`, default 50000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    cursor_max_entries_per_ledger: Option<u64>,
+    /// The traffic's consumers trim the ledgers their cursors consumed each
+    /// time a mark-delete reaches a later ledger (as a broker trims after a
+    /// rollover): consumed ledgers leave the managed ledger and are deleted.
+    /// Off by default (the traffic keeps every ledger).
+    #[arg(long)]
+    trim_consumed_ledgers: bool,
     /// Topics rolled over per second after a switch, 0: natural rollover only
     /// (file key `bkswitchForcedRolloverRate`, default 100).
     #[arg(long)]
@@ -272,6 +308,7 @@ impl ServeArgs {
         if self.skip_idgen_precheck {
             s.skip_idgen_precheck = true;
         }
+        self.security.override_settings(&mut s.security);
         Ok(s)
     }
 }
@@ -294,6 +331,11 @@ fn main() -> ExitCode {
             Command::Serve(a) => serve(*a, false).await,
             Command::Coordinator(a) => serve(*a, true).await,
             Command::Idgen(a) => idgen(a).await,
+            Command::Pulsar(a) => bkswitch_cli::pulsar::run(a).await,
+            Command::LookupProxy(a) => {
+                init_logging();
+                bkswitch_cli::pulsar::lookup_proxy(a).await
+            }
         }
     })
 }
@@ -420,6 +462,20 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let ack_log = match &a.ack_log {
+        None => None,
+        Some(_) if a.rate == 0 => {
+            eprintln!("bookie-switch {command}: --ack-log logs the traffic of --rate; set both");
+            return ExitCode::from(2);
+        }
+        Some(path) => match AckLog::open(path) {
+            Ok(log) => Some(Arc::new(log)),
+            Err(e) => {
+                eprintln!("bookie-switch {command}: --ack-log {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
     let timeouts = StoreTimeouts {
         session: s.session_timeout,
         ..StoreTimeouts::default()
@@ -460,21 +516,58 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             }
         }
     }
+    let tokens =
+        token(a.admin_token.as_ref(), s.security.admin_token_file.as_ref()).and_then(|admin| {
+            let internal = token(
+                a.internal_token.as_ref(),
+                s.security.internal_token_file.as_ref(),
+            )?;
+            Ok((admin, internal))
+        });
+    let (admin_token, internal_token) = match tokens {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("bookie-switch {command}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut cfg = NodeConfig::new(
         &s.node_id,
         store,
         standard_client_factory(clusters.clone(), ClientConfig::default()),
         &s.bookkeeper_uri,
-        &a.admin_token,
-        &a.internal_token,
+        admin_token.expose(),
+        internal_token.expose(),
     );
+    if let Err(e) = s.security.apply(&mut cfg) {
+        eprintln!("bookie-switch {command}: {e}");
+        return ExitCode::from(2);
+    }
+    if cfg.jwt.is_none() && (cfg.admin_token.is_empty() || cfg.internal_token.is_empty()) {
+        eprintln!(
+            "bookie-switch {command}: every endpoint needs credentials: give --admin-token and \
+             --internal-token (or their -file flags, or BKSWITCH_ADMIN_TOKEN and \
+             BKSWITCH_INTERNAL_TOKEN), or JWT settings (--token-secret-key or --token-public-key)"
+        );
+        return ExitCode::from(2);
+    }
     cfg.listen = s.listen;
     cfg.cluster_name = s.cluster_name.clone();
     cfg.registry_root = s.registry_root.clone();
     cfg.idgen = Some(standard_idgen_source(clusters));
     cfg.forced_rollover_rate = (s.forced_rollover_rate > 0).then_some(s.forced_rollover_rate);
     cfg.old_ledger_read_timeout = s.old_ledger_read_timeout;
-    cfg.metrics_token = a.metrics_token.clone().filter(|t| !t.is_empty());
+    if let Some(n) = a.max_entries_per_ledger {
+        cfg.ledger_config.max_entries_per_ledger = n;
+    }
+    if let Some(n) = a.cursor_max_entries_per_ledger {
+        cfg.ledger_config.cursor_max_entries_per_ledger = n;
+    }
+    cfg.metrics_token = a
+        .metrics_token
+        .as_ref()
+        .filter(|t| !t.is_empty())
+        .map(|t| t.expose().to_owned());
     cfg.dedicated_coordinator = dedicated;
     cfg.orchestrator = cfg
         .orchestrator
@@ -518,12 +611,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     );
     let mut handles = Vec::new();
     for t in a.topics.iter().filter(|t| !t.is_empty()) {
-        let opened = async {
-            let ml = node.open_topic(t).await?;
-            let cursor = ml.open_cursor_at("sub", InitialPosition::Earliest).await?;
-            Ok::<_, NodeError>(TopicHandle { ledger: ml, cursor })
-        };
-        match opened.await {
+        match open_topic_retrying(&node, t, command).await {
             Ok(h) => handles.push(h),
             Err(e) => {
                 eprintln!("bookie-switch {command}: cannot open topic '{t}': {e}");
@@ -533,9 +621,20 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             }
         }
     }
-    let traffic =
-        (a.rate > 0 && !handles.is_empty()).then(|| Traffic::start(&handles, a.rate, 256));
-    wait_for_stop_signal().await;
+    let options = TrafficOptions {
+        ack_log,
+        trim_consumed_ledgers: a.trim_consumed_ledgers,
+    };
+    let traffic = (a.rate > 0 && !handles.is_empty())
+        .then(|| Traffic::start_with(&handles, a.rate, 256, options));
+    // Until stopped, or until the node stops by itself (another live node
+    // holds its id): then the process exits with a failure, for its service
+    // manager to see.
+    let mut fail_stopped = node.fail_stopped_watch();
+    let failed = tokio::select! {
+        () = wait_for_stop_signal() => None,
+        r = fail_stopped.wait_for(|r| r.is_some()) => r.ok().and_then(|r| r.clone()),
+    };
     if let Some(t) = traffic {
         let r = t.stop(Duration::from_secs(5)).await;
         eprintln!(
@@ -557,10 +656,62 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             node.fenced_topics()
         );
     }
+    if let Some(reason) = failed {
+        eprintln!(
+            "bookie-switch {command}: node `{}` stopped by itself: {reason}; restart it with a \
+             unique node id",
+            node.node_id()
+        );
+        return ExitCode::FAILURE;
+    }
     node.stop().await;
     // Leaves the migration cleanly (publishes what it wrote, unregisters).
     let _ = participant.close().await;
     ExitCode::SUCCESS
+}
+
+/// How long `serve` keeps retrying to open a topic whose metadata store or
+/// bookies are unreachable at start.
+const TOPIC_OPEN_RETRY: Duration = Duration::from_secs(300);
+
+/// Opens topic `t` and its consumer's cursor on `node`, retrying retryable
+/// failures (a metadata store or bookies unreachable for a while, as in a
+/// partition right after a start; too few bookies) every second for up to
+/// [`TOPIC_OPEN_RETRY`]; a failure that cannot go away by itself is returned
+/// at once.
+async fn open_topic_retrying(
+    node: &Node,
+    t: &str,
+    command: &str,
+) -> Result<TopicHandle, NodeError> {
+    let deadline = std::time::Instant::now() + TOPIC_OPEN_RETRY;
+    loop {
+        let opened = async {
+            let ml = node.open_topic(t).await?;
+            let cursor = ml.open_cursor_at("sub", InitialPosition::Earliest).await?;
+            Ok::<_, NodeError>(TopicHandle { ledger: ml, cursor })
+        };
+        match opened.await {
+            Ok(h) => return Ok(h),
+            Err(e) => {
+                // Too few bookies now (one restarting, or its registration
+                // briefly gone) may change by itself too.
+                let retryable = match &e {
+                    NodeError::ManagedLedger(e) => {
+                        e.is_retryable()
+                            || e.bk_error()
+                                .is_some_and(|b| b.kind() == BkErrorKind::NotEnoughBookies)
+                    }
+                    other => other.is_retryable(),
+                };
+                if !retryable || std::time::Instant::now() > deadline {
+                    return Err(e);
+                }
+                eprintln!("bookie-switch {command}: opening topic '{t}' failed, retrying: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
 }
 
 /// The node's metadata store behind its migration participant: `zk://…` and

@@ -15,7 +15,7 @@ use clap::{ArgAction, Parser, Subcommand, ValueEnum};
                   3 the broker has no bookie-clusters API."
 )]
 pub struct Cli {
-    /// Base URL of the broker's admin API.
+    /// Base URL of the broker's admin API (`http://` or `https://`).
     #[arg(
         long,
         global = true,
@@ -30,7 +30,24 @@ pub struct Cli {
         env = "BOOKIE_CLUSTERS_TOKEN",
         hide_env_values = true
     )]
-    pub token: Option<String>,
+    pub token: Option<bkswitch_admin::auth::Secret>,
+    /// Read the admin bearer token from this file (when `--token` is not given).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "BOOKIE_CLUSTERS_TOKEN_FILE"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Verify an `https://` broker against this CA certificate (PEM) instead
+    /// of the system's roots; the URL's host must match its certificate.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "BOOKIE_CLUSTERS_TLS_TRUST"
+    )]
+    pub tls_trust: Option<std::path::PathBuf>,
     /// Print the server's JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,

@@ -17,6 +17,9 @@ pub enum CliError {
     /// The request failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A setting (token file, trust file) could not be used.
+    #[error("{0}")]
+    Setup(String),
     /// The output could not be written.
     #[error("cannot write the output: {0}")]
     Output(#[from] io::Error),

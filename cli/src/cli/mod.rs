@@ -54,7 +54,16 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
 ///
 /// As [`run`].
 pub async fn run_with(cli: Cli, out: &mut dyn Write, options: RunOptions) -> Result<(), CliError> {
-    let client = AdminClient::new(&cli.url, cli.token.as_deref().unwrap_or(""))?
+    let token = crate::security::token(cli.token.as_ref(), cli.token_file.as_ref())
+        .map_err(CliError::Setup)?;
+    let tls = match &cli.tls_trust {
+        Some(trust) => Some(
+            bkswitch_admin::tls::client_config(Some(trust), None)
+                .map_err(|e| CliError::Setup(format!("--tls-trust: {e}")))?,
+        ),
+        None => None,
+    };
+    let client = AdminClient::with_tls(&cli.url, token.expose(), tls)?
         .with_timeout(Duration::from_millis(cli.timeout_ms));
     let output = commands::Output {
         json: cli.json,

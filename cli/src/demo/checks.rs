@@ -9,6 +9,7 @@ use std::fmt::Debug;
 use bkswitch_managed_ledger::Position;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_proto::codec::{decode_managed_cursor_info, decode_managed_ledger_info};
+use bkswitch_proto::paths::{MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT};
 use bkswitch_proto::schema::SchemaLocator;
 use bkswitch_proto::{Message, Stamped};
 use bkswitch_registry::ClusterStatus;
@@ -179,6 +180,12 @@ pub(super) async fn snapshot_tree(store: &dyn MetadataStore) -> BTreeMap<String,
         .collect()
 }
 
+/// Whether `path` is below the node `root`.
+fn below(path: &str, root: &str) -> bool {
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// Every ledger (data, cursor, schema) of `tree` as `(kind, id, cluster its
 /// stamp names)` (unstamped: `old`, the bootstrap cluster).
 fn stamped_ledgers(tree: &BTreeMap<String, Vec<u8>>) -> Vec<(String, i64, String)> {
@@ -187,7 +194,7 @@ fn stamped_ledgers(tree: &BTreeMap<String, Vec<u8>>) -> Vec<(String, i64, String
         out.push((what.to_owned(), id, stamp.unwrap_or("old").to_owned()));
     };
     for (path, value) in tree {
-        if path.starts_with("/managed-ledgers/") {
+        if below(path, MANAGED_LEDGERS_ROOT) {
             if let Ok(info) = decode_managed_ledger_info(value) {
                 if !info.ledger_info.is_empty() {
                     for l in &info.ledger_info {
@@ -205,7 +212,7 @@ fn stamped_ledgers(tree: &BTreeMap<String, Vec<u8>>) -> Vec<(String, i64, String
                     );
                 }
             }
-        } else if path.starts_with("/schemas/") {
+        } else if below(path, SCHEMAS_ROOT) {
             if let Ok(loc) = SchemaLocator::decode(value.as_slice()) {
                 for e in &loc.index {
                     add(
@@ -228,7 +235,7 @@ fn rollback_diffs(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for (path, value) in before {
-        if !path.starts_with("/schemas/") {
+        if !below(path, SCHEMAS_ROOT) {
             continue;
         }
         let (Ok(b), Some(Ok(a))) = (

@@ -37,6 +37,23 @@ pub struct Proc {
     pub port: u16,
 }
 
+impl Proc {
+    /// The process id (to freeze it with `SIGSTOP`, or signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Its log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
 /// A failed test leaves no process behind.
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -135,15 +152,26 @@ pub async fn launch(
 }
 
 /// Stops `p` with SIGTERM (as a service manager does), checks it exited
-/// cleanly and returns its log.
+/// cleanly within 30 s and returns its log.
 pub fn terminate(mut p: Proc) -> String {
     let status = Command::new("kill")
         .args(["-TERM", &p.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
-    let code = p.child.wait().expect("wait");
-    let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        if let Some(code) = p.child.try_wait().expect("wait") {
+            break code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bookie-switch did not stop on SIGTERM:\n{}",
+            p.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = p.log_text();
     assert!(code.success(), "bookie-switch exited {code}: {text}");
     text
 }
