@@ -13,6 +13,15 @@
 #     bk-harness/java/pulsar-metadata/pom.xml, into
 #     $cache/pulsar-metadata-<version>/lib (a classpath of its own: its Netty,
 #     gRPC and ZooKeeper are not BookKeeper's);
+#   - Apache Pulsar's broker and its whole runtime classpath (real standalone
+#     brokers and the Java Pulsar client of pulsar-harness), from
+#     pulsar-harness/java/pom.xml (Pulsar's bill of materials imported), into
+#     $cache/pulsar-broker-<version>/lib;
+#   - Apache Pulsar's proxy (`pulsar-proxy`, the anchor of the lookup proxy
+#     bench) and its runtime dependencies, from pulsar-harness/java/proxy/pom.xml,
+#     into $cache/pulsar-proxy-<version>/lib (a classpath of its own: Maven
+#     Central has no proxy of the brokers' version, and the one it has is built
+#     on another Jetty);
 #
 #   with $cache = ${BKSWITCH_JAVA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bkswitch/java}
 #
@@ -86,3 +95,5 @@ fetch() {
 fetch "$here/bk-harness/java/pom.xml" bookkeeper.version bookkeeper bookkeeper-server
 fetch "$here/bk-harness/java/pulsar/pom.xml" pulsar.version pulsar managed-ledger
 fetch "$here/bk-harness/java/pulsar-metadata/pom.xml" pulsar.version pulsar-metadata pulsar-metadata
+fetch "$here/pulsar-harness/java/pom.xml" pulsar.version pulsar-broker pulsar-broker
+fetch "$here/pulsar-harness/java/proxy/pom.xml" pulsar.proxy.version pulsar-proxy pulsar-proxy

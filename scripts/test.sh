@@ -15,7 +15,9 @@
 #      classpath (scripts/fetch-java-deps.sh; cached outside the checkout) — the
 #      tests start real bookies and a Java BookKeeper client, and Pulsar's own
 #      EtcdMetadataStore judges the etcd layout (bk-harness's
-#      pulsar_etcd_judge test);
+#      pulsar_etcd_judge test); the Pulsar broker's classpath and the Python
+#      Pulsar client (scripts/fetch-pulsar-python.sh), for pulsar-harness's
+#      real brokers and clients;
 #   3. makes sure rustfmt, clippy and cargo-machete are present (a check whose
 #      tool cannot be installed is skipped, and the run ends with a loud list of
 #      what was skipped);
@@ -68,6 +70,12 @@ fi
 command -v mvn >/dev/null 2>&1 || { echo "mvn missing after install" >&2; exit 1; }
 command -v javac >/dev/null 2>&1 || { echo "javac missing after install" >&2; exit 1; }
 scripts/fetch-java-deps.sh
+# The Python Pulsar client of pulsar-harness (a virtual environment).
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+scripts/fetch-pulsar-python.sh
 
 step "rust components"
 if command -v rustup >/dev/null 2>&1; then
