@@ -14,6 +14,7 @@ mod progress;
 pub mod pulsar;
 pub mod security;
 pub mod settings;
+pub mod store_security;
 mod traffic;
 
 pub use ack_log::{AckLog, AckLogContents, AckRecord};

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_lookup_proxy::{Home, LookupProxy, ProxyConfig, TlsListener};
-use bkswitch_metadata_store::{open_store, MetadataStore, StoreTimeouts};
+use bkswitch_metadata_store::{open_store_with, MetadataStore, StoreTimeouts};
+
+use crate::store_security::StoreSecurityArgs;
 use bkswitch_topic_routes::{Change, PulsarCluster, TopicRoutes};
 use bkswitch_topic_switch::{Plan, State, SwitchError, SwitchOptions, SwitchRecord, TopicSwitcher};
 use clap::{Args, Subcommand};
@@ -28,6 +30,9 @@ pub struct StoreArgs {
     /// The metadata session timeout (a coordinator's lease ends with it).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub session_timeout: Duration,
+    /// Credentials and TLS of the metadata store.
+    #[command(flatten)]
+    pub security: StoreSecurityArgs,
 }
 
 /// `bookie-switch pulsar`.
@@ -252,14 +257,22 @@ pub struct LookupProxyArgs {
     /// topic move's barrier waits for) ends with its session.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     session_timeout: Duration,
+    /// Credentials and TLS of the metadata store.
+    #[command(flatten)]
+    security: StoreSecurityArgs,
 }
 
-async fn open(url: &str, session: Duration) -> Result<Arc<dyn MetadataStore>, String> {
+async fn open(
+    url: &str,
+    session: Duration,
+    security: &StoreSecurityArgs,
+) -> Result<Arc<dyn MetadataStore>, String> {
     let timeouts = StoreTimeouts {
         session,
         ..StoreTimeouts::default()
     };
-    open_store(url, timeouts)
+    let security = security.store_security()?;
+    open_store_with(url, timeouts, &security)
         .await
         .map_err(|e| format!("cannot open the metadata store {url}: {e}"))
 }
@@ -275,7 +288,12 @@ fn print_json(v: &impl serde::Serialize) {
 
 /// Runs `bookie-switch pulsar …`.
 pub async fn run(args: PulsarArgs) -> ExitCode {
-    let store = match open(&args.store.metadata_url, args.store.session_timeout).await {
+    let store = match open(
+        &args.store.metadata_url,
+        args.store.session_timeout,
+        &args.store.security,
+    )
+    .await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -507,7 +525,7 @@ async fn switch_cmd(
 
 /// Runs `bookie-switch lookup-proxy` until SIGINT or SIGTERM.
 pub async fn lookup_proxy(a: LookupProxyArgs) -> ExitCode {
-    let store = match open(&a.metadata_url, a.session_timeout).await {
+    let store = match open(&a.metadata_url, a.session_timeout, &a.security).await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };

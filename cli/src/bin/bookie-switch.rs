@@ -17,7 +17,8 @@ use bkswitch_cli::security::{token, SecurityArgs};
 use bkswitch_cli::settings::ServeSettings;
 use bkswitch_cli::{AckLog, TopicHandle, Traffic, TrafficOptions};
 use bkswitch_managed_ledger::InitialPosition;
-use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, UrlOpener};
+use bkswitch_cli::store_security::StoreSecurityArgs;
+use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, SecureUrlOpener};
 use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
 use clap::{Args, Parser, Subcommand};
 
@@ -182,6 +183,10 @@ struct ServeArgs {
     metrics_token: Option<Secret>,
     #[command(flatten)]
     security: SecurityArgs,
+    /// Credentials and TLS of the metadata store (also used for the target
+    /// of a metadata migration this node takes part in).
+    #[command(flatten)]
+    store_security: StoreSecurityArgs,
     /// Topics this node owns (comma separated); each gets a producer and a
     /// consumer when `--rate` is set.
     #[arg(long, value_delimiter = ',')]
@@ -483,7 +488,21 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     // Every metadata user of the node goes through the migration
     // participant, so that the store can be moved under live traffic
     // (`bookie-clusters metadata-migration start`).
-    let participant = match open_participant(&s.metadata_store, &s.node_id, timeouts).await {
+    let store_security = match a.store_security.store_security() {
+        Ok(sec) => sec,
+        Err(e) => {
+            eprintln!("bookie-switch {command}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let participant = match open_participant(
+        &s.metadata_store,
+        &s.node_id,
+        timeouts,
+        store_security,
+    )
+    .await
+    {
         Ok(p) => p,
         Err(e) if e.kind() == ErrorKind::InvalidArgument => {
             eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
@@ -725,8 +744,9 @@ async fn open_participant(
     url: &str,
     node_id: &str,
     timeouts: StoreTimeouts,
+    security: bkswitch_metadata_store::StoreSecurity,
 ) -> bkswitch_metadata_store::Result<MigratingStore> {
-    let opener = Arc::new(UrlOpener { timeouts });
+    let opener = Arc::new(SecureUrlOpener { timeouts, security });
     let started_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
