@@ -293,7 +293,8 @@ pub async fn run(args: PulsarArgs) -> ExitCode {
         args.store.session_timeout,
         &args.store.security,
     )
-    .await {
+    .await
+    {
         Ok(s) => s,
         Err(e) => return fail(e),
     };

@@ -1,7 +1,8 @@
 //! How `serve`, `coordinator`, `pulsar` and `lookup-proxy` reach a metadata
 //! store that requires credentials or TLS: ZooKeeper digest authentication
-//! (the nodes the store creates get an ACL for that user alone), etcd users
-//! and etcd over TLS with client certificates. Passwords come from a file or
+//! (the nodes the store creates get an ACL for that user alone), ZooKeeper
+//! over TLS to its `secureClientPort`, etcd users and etcd over TLS with
+//! client certificates. Passwords come from a file or
 //! the environment, never from the command line; no error or log line shows
 //! them.
 //!
@@ -33,6 +34,21 @@ pub struct StoreSecurityArgs {
         hide = true
     )]
     pub zk_digest_password: Option<Secret>,
+    /// Speak TLS to ZooKeeper's `secureClientPort`: the CA (PEM) its
+    /// servers' certificates chain to (the URL then names the secure ports).
+    #[arg(long, value_name = "FILE")]
+    pub zk_tls_ca: Option<PathBuf>,
+    /// The client certificate (PEM) presented to ZooKeeper servers that
+    /// require one (`ssl.clientAuth=need`); needs `--zk-tls-key`.
+    #[arg(long, value_name = "FILE", requires = "zk_tls_key")]
+    pub zk_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--zk-tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "zk_tls_cert")]
+    pub zk_tls_key: Option<PathBuf>,
+    /// The name the ZooKeeper servers' certificates carry, when it is not
+    /// the URL's host.
+    #[arg(long, value_name = "NAME")]
+    pub zk_tls_domain: Option<String>,
     /// etcd user (needs `--etcd-password-file` or `BKSWITCH_ETCD_PASSWORD`);
     /// a role with read-write on the store's key prefix is enough.
     #[cfg(feature = "etcd")]
@@ -44,7 +60,12 @@ pub struct StoreSecurityArgs {
     pub etcd_password_file: Option<PathBuf>,
     /// The etcd password (environment only; prefer the file).
     #[cfg(feature = "etcd")]
-    #[arg(long, env = "BKSWITCH_ETCD_PASSWORD", hide_env_values = true, hide = true)]
+    #[arg(
+        long,
+        env = "BKSWITCH_ETCD_PASSWORD",
+        hide_env_values = true,
+        hide = true
+    )]
     pub etcd_password: Option<Secret>,
     /// Speak TLS to etcd: the CA (PEM) its members' certificates chain to.
     #[cfg(feature = "etcd")]
@@ -95,7 +116,10 @@ fn password(
 impl StoreSecurityArgs {
     /// Whether any flag was given.
     pub fn is_set(&self) -> bool {
-        let zk = self.zk_digest_user.is_some() || self.zk_digest_password_file.is_some();
+        let zk = self.zk_digest_user.is_some()
+            || self.zk_digest_password_file.is_some()
+            || self.zk_tls_ca.is_some()
+            || self.zk_tls_cert.is_some();
         #[cfg(feature = "etcd")]
         let etcd = self.etcd_user.is_some()
             || self.etcd_password_file.is_some()
@@ -134,6 +158,21 @@ impl StoreSecurityArgs {
             }
             None => {}
         }
+        match &self.zk_tls_ca {
+            Some(ca) => {
+                let client = self.zk_tls_cert.as_deref().zip(self.zk_tls_key.as_deref());
+                let mut tls = bkswitch_metadata_store::ZkTls::from_files(ca, client)
+                    .map_err(|e| format!("ZooKeeper TLS: {e}"))?;
+                tls.domain.clone_from(&self.zk_tls_domain);
+                s.zk_tls = Some(tls);
+            }
+            None if self.zk_tls_cert.is_some() || self.zk_tls_domain.is_some() => {
+                return Err(
+                    "--zk-tls-cert, --zk-tls-key and --zk-tls-domain need --zk-tls-ca".into(),
+                )
+            }
+            None => {}
+        }
         #[cfg(feature = "etcd")]
         {
             match &self.etcd_user {
@@ -156,7 +195,10 @@ impl StoreSecurityArgs {
             }
             match &self.etcd_tls_ca {
                 Some(ca) => {
-                    let client = self.etcd_tls_cert.as_deref().zip(self.etcd_tls_key.as_deref());
+                    let client = self
+                        .etcd_tls_cert
+                        .as_deref()
+                        .zip(self.etcd_tls_key.as_deref());
                     let mut tls = bkswitch_metadata_store::EtcdTls::from_files(ca, client)
                         .map_err(|e| format!("etcd TLS: {e}"))?;
                     tls.domain.clone_from(&self.etcd_tls_domain);
@@ -186,7 +228,10 @@ mod tests {
             ..Default::default()
         };
         let e = a.store_security().unwrap_err();
-        assert!(e.contains("`bk`") && e.contains("--zk-digest-password-file"), "{e}");
+        assert!(
+            e.contains("`bk`") && e.contains("--zk-digest-password-file"),
+            "{e}"
+        );
     }
 
     #[test]

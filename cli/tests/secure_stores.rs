@@ -1,6 +1,8 @@
 //! `bookie-switch serve` nodes on metadata stores that need credentials, as
-//! an operator runs them: two nodes under traffic on a real ZooKeeper with
-//! digest authentication (`--zk-digest-user`, the password in a file) are
+//! an operator runs them: two nodes under traffic on a real ZooKeeper
+//! reached over TLS on its secure client port with a client certificate
+//! (`--zk-tls-*`) and digest authentication (`--zk-digest-user`, the
+//! password in a file) are
 //! moved by `bookie-clusters metadata-migration start` to a real etcd that
 //! only speaks TLS, verifies client certificates and has authentication on,
 //! whose user's role reads and writes the target's key prefixes only
@@ -33,14 +35,17 @@ const ZK_PASSWORD: &str = "zk-digest-Pa55-7781";
 const ETCD_PASSWORD: &str = "etcd-user-Pa55-4412";
 const ROOT_PASSWORD: &str = "etcd-root-Pa55-0093";
 
-/// A CA and a certificate it signed for 127.0.0.1 (server and client use).
+/// A CA, a certificate it signed for 127.0.0.1 (server and client use),
+/// and a client certificate of another application.
 struct Pki {
     ca: String,
     cert: String,
     key: String,
+    other_cert: String,
+    other_key: String,
 }
 
-fn pki(name: &str) -> Pki {
+fn make_pki(name: &str) -> Pki {
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -56,10 +61,19 @@ fn pki(name: &str) -> Pki {
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     let cert = params.signed_by(&key, &ca, &ca_key).expect("cert");
+    let other_key = KeyPair::generate().expect("key");
+    let mut other = CertificateParams::new(Vec::<String>::new()).expect("params");
+    other
+        .distinguished_name
+        .push(DnType::CommonName, "another application");
+    other.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let other = other.signed_by(&other_key, &ca, &ca_key).expect("cert");
     Pki {
         ca: ca.pem(),
         cert: cert.pem(),
         key: key.serialize_pem(),
+        other_cert: other.pem(),
+        other_key: other_key.serialize_pem(),
     }
 }
 
@@ -127,7 +141,10 @@ async fn root_client(etcd: &EtcdCluster, pki: &Pki, password: Option<&str>) -> C
 async fn etcd_keys(etcd: &EtcdCluster, pki: &Pki) -> usize {
     let mut c = root_client(etcd, pki, Some(ROOT_PASSWORD)).await;
     let r = c
-        .get(vec![0u8], Some(GetOptions::new().with_from_key().with_keys_only()))
+        .get(
+            vec![0u8],
+            Some(GetOptions::new().with_from_key().with_keys_only()),
+        )
         .await
         .expect("list keys");
     r.kvs().len()
@@ -140,6 +157,12 @@ fn flags(files: &Files) -> Vec<String> {
         "bk",
         "--zk-digest-password-file",
         files.zk_password.to_str().unwrap(),
+        "--zk-tls-ca",
+        files.ca.to_str().unwrap(),
+        "--zk-tls-cert",
+        files.cert.to_str().unwrap(),
+        "--zk-tls-key",
+        files.key.to_str().unwrap(),
         "--etcd-user",
         "bk",
         "--etcd-password-file",
@@ -181,7 +204,11 @@ async fn node(n: usize, zk: &str, files: &Files, dir: &Path) -> Proc {
 /// (it must, within 60 s); its exit code and output.
 fn refused(store: &str, extra: &[String], env_password: &str) -> (i32, String) {
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", &format!("127.0.0.1:{}", procs::free_port())])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", procs::free_port()),
+        ])
         .args(["--node-id", "refused", "--metadata-store", store])
         .args(extra)
         .env("BKSWITCH_ADMIN_TOKEN", ADMIN)
@@ -223,7 +250,7 @@ fn no_secret(text: &str, pki: &Pki) {
 async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role() {
     let _serial = procs::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let pki = pki("store");
+    let pki = make_pki("store");
     let prefix = unique_prefix();
     let etcd = secured_etcd(dir.path(), &pki, &prefix).await;
     let target = etcd.url(&prefix);
@@ -234,14 +261,29 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
         cert: dir.path().join("etcd.pem"),
         key: dir.path().join("etcd-key.pem"),
     };
-    let zk = procs::zk_url();
+    // ZooKeeper speaking TLS on its secure port, client certificates required.
+    let zk_server = tokio::task::block_in_place(|| {
+        bkswitch_zk_harness::ZkServer::start_tls(bkswitch_zk_harness::ZkServerTls {
+            key_store: write(dir.path(), "zk.pem", &format!("{}{}", pki.key, pki.cert)),
+            trust_store: files.ca.clone(),
+            client_auth: true,
+        })
+    });
+    let zk = format!(
+        "zk://{}{}",
+        zk_server.secure_connect_string().unwrap(),
+        bkswitch_zk_harness::unique_chroot()
+    );
 
     // Bad credentials first: each refused with the store named, nothing
     // written anywhere in etcd.
     let before = etcd_keys(&etcd, &pki).await;
     // The password from the environment this time (the file flag dropped).
     let mut wrong = flags(&files);
-    let at = wrong.iter().position(|f| f == "--etcd-password-file").unwrap();
+    let at = wrong
+        .iter()
+        .position(|f| f == "--etcd-password-file")
+        .unwrap();
     wrong.drain(at..at + 2);
     let (code, text) = refused(&target, &wrong, "not-the-password");
     assert_ne!(code, 0, "{text}");
@@ -251,7 +293,7 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
         "{text}"
     );
     no_secret(&text, &pki);
-    let other = pki("other");
+    let other = make_pki("other");
     let other_ca = write(dir.path(), "other-ca.pem", &other.ca);
     let at = wrong.iter().position(|f| f == "--etcd-tls-ca").unwrap();
     wrong[at + 1] = other_ca.to_string_lossy().into_owned();
@@ -259,11 +301,7 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
     assert_ne!(code, 0, "{text}");
     assert!(text.contains(&target), "{text}");
     no_secret(&text, &pki);
-    let (code, text) = refused(
-        &target,
-        &["--etcd-user".to_owned(), "bk".to_owned()],
-        "",
-    );
+    let (code, text) = refused(&target, &["--etcd-user".to_owned(), "bk".to_owned()], "");
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("BKSWITCH_ETCD_PASSWORD"), "{text}");
     assert_eq!(etcd_keys(&etcd, &pki).await, before, "a refused node wrote");
@@ -273,14 +311,25 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
         node(0, &zk, &files, dir.path()).await,
         node(1, &zk, &files, dir.path()).await,
     ];
-    // What they created is closed to a client without the credentials.
-    let anonymous = bkswitch_metadata_store::open_store_with(
-        &zk,
-        StoreTimeouts::default(),
-        &StoreSecurity::default(),
-    )
-    .await
-    .expect("anonymous session");
+    // What they created is closed to another application (its own client
+    // certificate from the same CA, no digest credentials). (ZooKeeper
+    // also authenticates a session by its certificate, so one with the
+    // nodes' own certificate would be the same identity.)
+    let zk_tls_only = StoreSecurity {
+        zk_tls: Some(bkswitch_metadata_store::ZkTls {
+            ca_pem: pki.ca.clone(),
+            client: Some((
+                pki.other_cert.clone(),
+                bkswitch_metadata_store::Secret::new(pki.other_key.clone()),
+            )),
+            domain: None,
+        }),
+        ..StoreSecurity::default()
+    };
+    let anonymous =
+        bkswitch_metadata_store::open_store_with(&zk, StoreTimeouts::default(), &zk_tls_only)
+            .await
+            .expect("anonymous session");
     let e = anonymous
         .children("/managed-ledgers/tenant/ns/persistent")
         .await

@@ -80,6 +80,7 @@ async fn zookeeper_with_acls_to_etcd_with_a_prefix_role() {
             password: Secret::new("mig-pw"),
         }),
         etcd_tls: None,
+        zk_tls: None,
     };
     let opener: Arc<dyn StoreOpener> = Arc::new(SecureUrlOpener {
         timeouts: timeouts(),

@@ -41,4 +41,4 @@ pub use types::{
     CreateMode, ExpectedVersion, GetResult, Notification, SessionEvent, Stat, WatchStream,
 };
 #[cfg(feature = "zk")]
-pub use zk::{check_zk_host, ZkAuth, ZkStore, ZkStoreOptions};
+pub use zk::{check_zk_host, ZkAuth, ZkStore, ZkStoreOptions, ZkTls};

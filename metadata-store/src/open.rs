@@ -41,6 +41,9 @@ pub struct StoreSecurity {
     /// ZooKeeper digest credentials ([`ZkStoreOptions::auth`](crate::ZkStoreOptions::auth)).
     #[cfg(feature = "zk")]
     pub zk_auth: Option<crate::zk::ZkAuth>,
+    /// ZooKeeper TLS ([`ZkStoreOptions::tls`](crate::ZkStoreOptions::tls)).
+    #[cfg(feature = "zk")]
+    pub zk_tls: Option<crate::zk::ZkTls>,
     /// etcd user ([`EtcdStoreOptions::user`](crate::EtcdStoreOptions::user)).
     #[cfg(feature = "etcd")]
     pub etcd_user: Option<crate::etcd::EtcdUser>,
@@ -135,6 +138,7 @@ pub async fn open_store_with(
             operation_timeout: timeouts.operation,
             connect_timeout: timeouts.connect,
             auth: security.zk_auth.clone(),
+            tls: security.zk_tls.clone(),
             ..crate::zk::ZkStoreOptions::default()
         };
         return Ok(Arc::new(crate::zk::ZkStore::connect(url, options).await?));

@@ -19,6 +19,7 @@ fn options(session_secs: u64, reconnect_delay_ms: u64) -> ZkStoreOptions {
         connect_timeout: Duration::from_secs(20),
         reconnect_delay: Duration::from_millis(reconnect_delay_ms),
         auth: None,
+        tls: None,
     }
 }
 

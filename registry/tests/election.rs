@@ -302,6 +302,7 @@ fn zk_options(session_secs: u64, reconnect_ms: u64) -> ZkStoreOptions {
         connect_timeout: Duration::from_secs(10),
         reconnect_delay: Duration::from_millis(reconnect_ms),
         auth: None,
+        tls: None,
     }
 }
 

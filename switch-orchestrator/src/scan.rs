@@ -158,6 +158,13 @@ impl Pages {
 
     /// The next page of at least one and about `size` ledgers (a locator's
     /// ledgers stay on one page), `None` at the end.
+    ///
+    /// # Errors
+    ///
+    /// [`OrchestratorError::CorruptMetadata`] naming a node that does not
+    /// decode: the ledgers it names cannot be known, so nothing may go on
+    /// as if it named none (a switch would leave its ledger behind
+    /// uncopied, a cleanup could delete a copy it still names).
     pub(crate) async fn next(
         &mut self,
         store: &dyn MetadataStore,
@@ -167,14 +174,14 @@ impl Pages {
         while out.len() < size {
             if let Some(walk) = self.schemas.as_mut() {
                 match walk.next(store).await? {
-                    Some((path, value)) => schema_ledgers(&path, &value, &mut out),
+                    Some((path, value)) => schema_ledgers(&path, &value, &mut out)?,
                     None => self.schemas = None,
                 }
                 continue;
             }
             match self.mls.next(store).await? {
                 Some((path, value)) => {
-                    if let Some(f) = cursor_ledger(&path, &value) {
+                    if let Some(f) = cursor_ledger(&path, &value)? {
                         out.push(f);
                     }
                 }
@@ -186,27 +193,30 @@ impl Pages {
 }
 
 /// The schema ledgers of the locator at `path`.
-pub(crate) fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
-    let locator = match SchemaLocator::decode(value) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(path, error = %e, "not a schema locator; skipped");
-            return;
-        }
-    };
+///
+/// # Errors
+///
+/// [`OrchestratorError::CorruptMetadata`] when the value is not a schema
+/// locator or a position's stamp does not decode.
+pub(crate) fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) -> Result<()> {
+    let locator = SchemaLocator::decode(value).map_err(|e| {
+        OrchestratorError::corrupt_metadata(path, format!("not a SchemaLocator: {e}"))
+    })?;
     let mut seen = std::collections::BTreeSet::new();
     for entry in std::iter::once(&locator.info).chain(locator.index.iter()) {
         let pos = &entry.position;
         if pos.ledger_id < 0 || !seen.insert(pos.ledger_id) {
             continue;
         }
-        let stamp = match pos.cluster_stamp() {
-            Ok(s) => s.map(str::to_owned),
-            Err(e) => {
-                tracing::warn!(path, error = %e, "corrupt stamp; schema ledger skipped");
-                continue;
-            }
-        };
+        let stamp = pos
+            .cluster_stamp()
+            .map_err(|e| {
+                OrchestratorError::corrupt_metadata(
+                    path,
+                    format!("the stamp of schema ledger {}: {e}", pos.ledger_id),
+                )
+            })?
+            .map(str::to_owned);
         out.push(Found {
             kind: LedgerKind::Schema,
             ledger_id: pos.ledger_id,
@@ -216,34 +226,56 @@ pub(crate) fn schema_ledgers(path: &str, value: &[u8], out: &mut Vec<Found>) {
             stamp,
         });
     }
+    Ok(())
 }
 
 /// The cursor ledger of the managed-ledger tree node at `path`, if it is a
-/// cursor.
-pub(crate) fn cursor_ledger(path: &str, value: &[u8]) -> Option<Found> {
-    let info = decode_cursor(value)?;
-    if info.cursors_ledger_id < 0 {
-        return None;
+/// cursor (`None` for a managed ledger's own node, or a cursor without a
+/// ledger).
+///
+/// # Errors
+///
+/// [`OrchestratorError::CorruptMetadata`] when the value decodes neither as
+/// a managed ledger nor as a cursor, or the cursor's stamp does not decode.
+pub(crate) fn cursor_ledger(path: &str, value: &[u8]) -> Result<Option<Found>> {
+    if value.is_empty() || decode_managed_ledger_info(value).is_ok() {
+        return Ok(None);
     }
-    let (parent, name) = path.rsplit_once('/')?;
-    let ml = parent
-        .strip_prefix(MANAGED_LEDGERS_ROOT)?
-        .strip_prefix('/')?;
-    let stamp = match info.cluster_stamp() {
-        Ok(s) => s.map(str::to_owned),
-        Err(e) => {
-            tracing::warn!(path, error = %e, "corrupt stamp; cursor ledger skipped");
-            return None;
-        }
+    let info = decode_managed_cursor_info(value).map_err(|e| {
+        OrchestratorError::corrupt_metadata(
+            path,
+            format!("neither a ManagedLedgerInfo nor a ManagedCursorInfo: {e}"),
+        )
+    })?;
+    if info.cursors_ledger_id < 0 {
+        return Ok(None);
+    }
+    let Some((parent, name)) = path.rsplit_once('/') else {
+        return Ok(None);
     };
-    Some(Found {
+    let Some(ml) = parent
+        .strip_prefix(MANAGED_LEDGERS_ROOT)
+        .and_then(|p| p.strip_prefix('/'))
+    else {
+        return Ok(None);
+    };
+    let stamp = info
+        .cluster_stamp()
+        .map_err(|e| {
+            OrchestratorError::corrupt_metadata(
+                path,
+                format!("the stamp of cursor ledger {}: {e}", info.cursors_ledger_id),
+            )
+        })?
+        .map(str::to_owned);
+    Ok(Some(Found {
         kind: LedgerKind::Cursor,
         ledger_id: info.cursors_ledger_id,
         owner_path: path.to_owned(),
         managed_ledger: Some(ml.to_owned()),
         cursor: Some(name.to_owned()),
         stamp,
-    })
+    }))
 }
 
 #[cfg(test)]

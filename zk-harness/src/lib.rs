@@ -71,6 +71,24 @@ pub struct ZkServer {
     port: u16,
     root: TempDir,
     running: Mutex<Option<GuardedProcess>>,
+    /// The `secureClientPort` and its TLS files, when started with TLS.
+    secure: Option<(u16, ZkServerTls)>,
+}
+
+/// TLS of a [`ZkServer`]'s `secureClientPort` (Netty, PEM files), beside
+/// its plain `clientPort`.
+#[derive(Debug, Clone)]
+pub struct ZkServerTls {
+    /// The server's private key followed by its certificate chain, PEM
+    /// (`ssl.keyStore.location`, `ssl.keyStore.type=PEM`); the
+    /// certificate must name `127.0.0.1`.
+    pub key_store: PathBuf,
+    /// The CA certificates clients' certificates must chain to, PEM
+    /// (`ssl.trustStore.location`).
+    pub trust_store: PathBuf,
+    /// Whether clients must present a certificate (`ssl.clientAuth=need`;
+    /// otherwise `none`).
+    pub client_auth: bool,
 }
 
 impl fmt::Debug for ZkServer {
@@ -108,6 +126,29 @@ impl ZkServer {
     /// folder cannot be prepared, or the server does not answer within
     /// [`START_TIMEOUT`] (the message carries the tail of the server log).
     pub fn try_start() -> Result<ZkServer, StartError> {
+        Self::try_start_with(None)
+    }
+
+    /// Starts a fresh server like [`ZkServer::start`] that also serves TLS
+    /// on a `secureClientPort` ([`secure_connect_string`](Self::secure_connect_string)).
+    ///
+    /// # Panics
+    ///
+    /// As [`ZkServer::start`].
+    pub fn start_tls(tls: ZkServerTls) -> ZkServer {
+        match Self::try_start_with(Some(tls)) {
+            Ok(server) => server,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The TLS connect string, `127.0.0.1:SECURE_PORT`, of a server started
+    /// with [`start_tls`](Self::start_tls).
+    pub fn secure_connect_string(&self) -> Option<String> {
+        self.secure.as_ref().map(|(p, _)| format!("127.0.0.1:{p}"))
+    }
+
+    fn try_start_with(tls: Option<ZkServerTls>) -> Result<ZkServer, StartError> {
         check_installation()?;
         let mut last_error = None;
         // A freshly probed port can be taken by another process before the JVM
@@ -118,10 +159,15 @@ impl ZkServer {
                 .prefix("bkswitch-zk-")
                 .tempdir()
                 .map_err(|e| StartError::new(format!("cannot create a temporary folder: {e}")))?;
+            let secure = match &tls {
+                Some(t) => Some((free_port()?, t.clone())),
+                None => None,
+            };
             let server = ZkServer {
                 port,
                 root,
                 running: Mutex::new(None),
+                secure,
             };
             fs::create_dir_all(server.data_dir()).map_err(|e| {
                 StartError::new(format!(
@@ -257,6 +303,23 @@ impl ZkServer {
             data = self.data_dir().display(),
             port = self.port,
         );
+        let config = match &self.secure {
+            None => config,
+            Some((secure_port, tls)) => format!(
+                "{config}\
+                 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 secureClientPort={secure_port}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                tls.key_store.display(),
+                tls.trust_store.display(),
+                if tls.client_auth { "need" } else { "none" },
+            ),
+        };
         fs::write(self.config_path(), config).map_err(|e| {
             StartError::new(format!(
                 "cannot write {}: {e}",

@@ -15,9 +15,9 @@ use bkswitch_bookkeeper::ClientConfig;
 use bkswitch_cli::demo::{render, run_demo, DemoBookKeeper, DemoOptions};
 use bkswitch_cli::security::{token, SecurityArgs};
 use bkswitch_cli::settings::ServeSettings;
+use bkswitch_cli::store_security::StoreSecurityArgs;
 use bkswitch_cli::{AckLog, TopicHandle, Traffic, TrafficOptions};
 use bkswitch_managed_ledger::InitialPosition;
-use bkswitch_cli::store_security::StoreSecurityArgs;
 use bkswitch_metadata_migration::{MigratingStore, ParticipantOptions, SecureUrlOpener};
 use bkswitch_metadata_store::{open_store, ErrorKind, MetadataStore, StoreTimeouts};
 use clap::{Args, Parser, Subcommand};
@@ -495,27 +495,21 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let participant = match open_participant(
-        &s.metadata_store,
-        &s.node_id,
-        timeouts,
-        store_security,
-    )
-    .await
-    {
-        Ok(p) => p,
-        Err(e) if e.kind() == ErrorKind::InvalidArgument => {
-            eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!(
-                "bookie-switch {command}: cannot connect to {}: {e}",
-                s.metadata_store
-            );
-            return ExitCode::FAILURE;
-        }
-    };
+    let participant =
+        match open_participant(&s.metadata_store, &s.node_id, timeouts, store_security).await {
+            Ok(p) => p,
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => {
+                eprintln!("bookie-switch {command}: --metadata-store (metadataStoreUrl): {e}");
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!(
+                    "bookie-switch {command}: cannot connect to {}: {e}",
+                    s.metadata_store
+                );
+                return ExitCode::FAILURE;
+            }
+        };
     let store: Arc<dyn MetadataStore> = Arc::new(participant.clone());
     // The i-th in-memory cluster hands out ledger ids from i × 10^9: a real
     // new cluster's id generator is advanced by the operator before a switch

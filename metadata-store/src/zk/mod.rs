@@ -30,11 +30,13 @@
 
 mod ops;
 mod session;
+mod tls;
 pub(crate) mod url;
 mod watch;
 
 use session::{close_session, create_path, denied_reason, node_acl, open_session, supervise};
 
+pub use tls::ZkTls;
 pub use url::check_zk_host;
 
 use std::collections::HashSet;
@@ -83,6 +85,9 @@ pub struct ZkStoreOptions {
     /// does with ZooKeeper authentication), and connecting checks that they
     /// can read the chroot. Default none: open ACLs, as before.
     pub auth: Option<ZkAuth>,
+    /// TLS to the servers' `secureClientPort` (see [`ZkTls`]). Default none:
+    /// plain TCP to `clientPort`.
+    pub tls: Option<ZkTls>,
 }
 
 /// Digest credentials of a [`ZkStore`] (ZooKeeper's `digest` scheme, on by
@@ -124,6 +129,7 @@ impl Default for ZkStoreOptions {
             connect_timeout: Duration::from_secs(30),
             reconnect_delay: Duration::from_millis(100),
             auth: None,
+            tls: None,
         }
     }
 }
@@ -203,6 +209,8 @@ struct Inner {
     closed: AtomicBool,
     runtime: Handle,
     owned: parking_lot::Mutex<OwnedEphemerals>,
+    /// The TLS listeners the client connects through (`hosts` names them).
+    _tunnels: Option<tls::Tunnels>,
 }
 
 /// The ephemeral nodes this store created in its current session, deleted
@@ -271,11 +279,18 @@ impl ZkStore {
             generation: AtomicU64::new(1),
             events: events_tx,
         });
-        let conn = open_session(url, &parsed.hosts, &parsed.chroot, &options, &shared, 1).await?;
+        let tunnels = match &options.tls {
+            Some(t) => Some(tls::open(url, &parsed.hosts, t).await?),
+            None => None,
+        };
+        let hosts = tunnels
+            .as_ref()
+            .map_or_else(|| parsed.hosts.clone(), |t| t.hosts.clone());
+        let conn = open_session(url, &hosts, &parsed.chroot, &options, &shared, 1).await?;
         let (signals, _) = broadcast::channel(256);
         let inner = Arc::new(Inner {
             url: url.to_owned(),
-            hosts: parsed.hosts,
+            hosts,
             chroot: parsed.chroot,
             options,
             conn: ArcSwap::from_pointee(conn),
@@ -284,6 +299,7 @@ impl ZkStore {
             closed: AtomicBool::new(false),
             runtime,
             owned: parking_lot::Mutex::new(OwnedEphemerals::default()),
+            _tunnels: tunnels,
         });
         inner
             .runtime

@@ -180,7 +180,7 @@ pub enum Op {
     /// `POST /admin/v2/metadata/migration` on the node: moves every node's
     /// metadata to the other in-memory tree (`memory://a` ⇄ `memory://b`),
     /// wiping the target's leftovers of an earlier move by naming its root
-    /// (histories with [`Settings::migrations`] only).
+    /// (histories with [`Settings::migrations`](super::Settings::migrations) only).
     Migrate {
         /// The node called.
         node: usize,

@@ -299,8 +299,8 @@ impl Orchestrator {
         };
         let mut found = Vec::new();
         match kind {
-            LedgerKind::Schema => crate::scan::schema_ledgers(owner_path, &r.value, &mut found),
-            LedgerKind::Cursor => found.extend(crate::scan::cursor_ledger(owner_path, &r.value)),
+            LedgerKind::Schema => crate::scan::schema_ledgers(owner_path, &r.value, &mut found)?,
+            LedgerKind::Cursor => found.extend(crate::scan::cursor_ledger(owner_path, &r.value)?),
         }
         Ok(found
             .iter()

@@ -1,0 +1,151 @@
+//! The lookup proxy's route resolution with many routes: the memory each
+//! route takes in a proxy, the time of one resolve (topic route hit, longest
+//! prefix, namespace fallback) at 100, 10,000 and 1,000,000 routes, and the
+//! size of the table as the store holds it (one JSON node).
+//!
+//! Run with: cargo bench -p bkswitch-bench --bench lookup_routes
+//! (`-- --quick`: 100 and 10,000 routes only.)
+//!
+//! Each resolve figure is the median of 15 rounds of 200,000 resolves of
+//! names drawn from a fixed pseudo-random sequence (the same at every
+//! size), so that caches do not see one name again and again. Memory is
+//! counted by a global allocator that adds up live bytes: the table's
+//! bytes after it is built, minus those before, divided by the routes.
+
+#![allow(unsafe_code, reason = "the counting allocator needs unsafe impls")]
+
+#[path = "shared/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::hint::black_box;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bkswitch_topic_routes::{Change, PulsarCluster, RouteKey, RoutingTable};
+use counting_alloc::{Counting, CURRENT};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const NAMESPACES: usize = 100;
+const ROUNDS: usize = 15;
+const PER_ROUND: usize = 200_000;
+
+fn cluster(name: &str, port: u16) -> PulsarCluster {
+    PulsarCluster {
+        name: name.to_owned(),
+        service_url: format!("pulsar://127.0.0.1:{port}"),
+        service_url_tls: None,
+        web_service_url: format!("http://127.0.0.1:{}", port + 1),
+        admin_url: format!("http://127.0.0.1:{}", port + 1),
+    }
+}
+
+fn topic(i: usize) -> String {
+    format!("persistent://tenant/ns-{}/orders-{i:07}", i % NAMESPACES)
+}
+
+/// `n` routes: 98 % topic routes, 1 % prefix routes, 1 % namespace routes
+/// (capped at the namespaces there are), and a default.
+fn table(n: usize) -> RoutingTable {
+    let mut changes = vec![
+        Change::RegisterCluster(cluster("east", 6650)),
+        Change::RegisterCluster(cluster("west", 7650)),
+        Change::SetRoute(RouteKey::Default, "east".to_owned()),
+    ];
+    let prefixes = n / 100;
+    let namespaces = (n / 100).min(NAMESPACES / 2);
+    for i in 0..n - prefixes - namespaces {
+        let to = if i % 2 == 0 { "east" } else { "west" };
+        changes.push(Change::SetRoute(RouteKey::Topic(topic(i)), to.to_owned()));
+    }
+    for i in 0..prefixes {
+        // Topics numbered past the topic routes: `orders-9xxxxx…`.
+        let p = format!("persistent://tenant/ns-{}/batch-{i:06}", i % NAMESPACES);
+        changes.push(Change::SetRoute(RouteKey::Prefix(p), "west".to_owned()));
+    }
+    for i in 0..namespaces {
+        changes.push(Change::SetRoute(
+            RouteKey::Namespace(format!("tenant/ns-{i}")),
+            "west".to_owned(),
+        ));
+    }
+    RoutingTable::default().apply(&changes).expect("table")
+}
+
+/// The median ns per resolve over [`ROUNDS`] rounds of `names`.
+fn time(t: &RoutingTable, names: &[String]) -> f64 {
+    let mut rounds: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let started = Instant::now();
+            for name in names {
+                let r = t.resolve(name).expect("resolve");
+                black_box(r.map(|r| r.cluster.name.len()));
+            }
+            started.elapsed().as_nanos() as f64 / names.len() as f64
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    rounds[ROUNDS / 2]
+}
+
+/// A fixed pseudo-random sequence (xorshift), the same at every size.
+fn draws(bound: usize) -> impl Iterator<Item = usize> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % bound as u64) as usize
+    })
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let sizes: &[usize] = if quick {
+        &[100, 10_000]
+    } else {
+        &[100, 10_000, 1_000_000]
+    };
+    println!(
+        "{:>9} {:>12} {:>14} {:>12} {:>12} {:>12}",
+        "routes", "bytes/route", "stored JSON", "topic ns", "prefix ns", "fallback ns"
+    );
+    for &n in sizes {
+        let before = CURRENT.load(Ordering::Relaxed);
+        let t = table(n);
+        let bytes = CURRENT.load(Ordering::Relaxed).saturating_sub(before);
+        let json = serde_json::to_vec(&t).expect("json").len();
+        let topic_routes = n - n / 100 - (n / 100).min(NAMESPACES / 2);
+        let hits: Vec<String> = draws(topic_routes).take(PER_ROUND).map(topic).collect();
+        let prefixed: Vec<String> = draws((n / 100).max(1))
+            .take(PER_ROUND)
+            .map(|i| {
+                format!(
+                    "persistent://tenant/ns-{}/batch-{i:06}-x{}",
+                    i % NAMESPACES,
+                    i % 7
+                )
+            })
+            .collect();
+        // Names no topic or prefix route matches: their namespace's route
+        // or the default answers.
+        let misses: Vec<String> = draws(1 << 30)
+            .take(PER_ROUND)
+            .map(|i| format!("persistent://tenant/ns-{}/other-{i}", i % NAMESPACES))
+            .collect();
+        // Every class resolves to a route of its own kind.
+        let kind = |name: &str| t.resolve(name).unwrap().unwrap().route;
+        assert!(matches!(kind(&hits[0]), RouteKey::Topic(_)));
+        assert!(matches!(kind(&prefixed[0]), RouteKey::Prefix(_)));
+        println!(
+            "{n:>9} {:>12.0} {:>14} {:>12.0} {:>12.0} {:>12.0}",
+            bytes as f64 / n as f64,
+            json,
+            time(&t, &hits),
+            time(&t, &prefixed),
+            time(&t, &misses)
+        );
+        drop(t);
+    }
+}
