@@ -1,6 +1,7 @@
 //! `bookie-switch serve` over HTTPS with JWT authentication, called by
 //! `bookie-clusters` as an operator would: a good call, refused calls (wrong
-//! role, expired token, no trust, plaintext), then the whole log of the node
+//! role, expired token, no trust, plaintext), a switch under the node's
+//! traffic driven over HTTPS (0 publish failures, 0 gaps), then the whole log of the node
 //! and every output of the CLI are scanned for each secret used (the tokens,
 //! the HS256 key, the lines of the TLS private key): none may appear.
 
@@ -42,12 +43,17 @@ fn jwt(role: &str, exp: Option<u64>) -> String {
 /// `bookie-clusters list` against `url` with `token` (given in the
 /// environment, as an operator keeps it out of the process list).
 fn cli(url: &str, token: &str, trust: Option<&Path>) -> Output {
+    cli_verb(url, token, trust, &["list"])
+}
+
+/// `bookie-clusters <verb…>` against `url` with `token`.
+fn cli_verb(url: &str, token: &str, trust: Option<&Path>, verb: &[&str]) -> Output {
     let mut c = Command::new(CLI);
     c.args(["--url", url, "--timeout-ms", "5000"]);
     if let Some(t) = trust {
         c.arg("--tls-trust").arg(t);
     }
-    c.arg("list")
+    c.args(verb)
         .env("BOOKIE_CLUSTERS_TOKEN", token)
         .output()
         .unwrap()
@@ -104,6 +110,7 @@ fn a_tls_and_jwt_node_serves_refuses_and_never_prints_a_secret() {
         .arg(d.join("node.conf"))
         .arg("--internal-token-file")
         .arg(d.join("internal.token"))
+        .args(["--topics", "tenant/ns/persistent/over-tls", "--rate", "40"])
         .env_remove("BKSWITCH_ADMIN_TOKEN")
         .env_remove("BKSWITCH_INTERNAL_TOKEN")
         .env("RUST_LOG", "info,bkswitch=debug")
@@ -153,6 +160,35 @@ fn a_tls_and_jwt_node_serves_refuses_and_never_prints_a_secret() {
         assert!(t.contains(why), "'{why}' not in: {t}");
         outputs.push(t);
     }
+    // A switch under traffic, every call over HTTPS with the admin's JWT:
+    // register the new cluster, switch, follow it to SWITCHED.
+    for verb in [
+        &[
+            "register",
+            "--name",
+            "new",
+            "--metadata-service-uri",
+            "memory://new",
+        ][..],
+        &["switch", "--target", "new"][..],
+    ] {
+        let o = cli_verb(&url, &admin, Some(&trust), verb);
+        assert!(o.status.success(), "{verb:?}: {}", text(&o));
+        outputs.push(text(&o));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = cli_verb(&url, &admin, Some(&trust), &["--json", "status"]);
+        let t = text(&o);
+        assert!(o.status.success(), "status: {t}");
+        if t.contains("\"SWITCHED\"") {
+            outputs.push(t);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never SWITCHED: {t}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     outputs.push(text(
         &Command::new(SERVE)
             .args(["serve", "--help"])
@@ -160,10 +196,28 @@ fn a_tls_and_jwt_node_serves_refuses_and_never_prints_a_secret() {
             .unwrap(),
     ));
     outputs.push(text(&Command::new(CLI).arg("--help").output().unwrap()));
-    serve.kill().unwrap();
-    serve.wait().unwrap();
+    // Stopped as a service manager does: its traffic summary counts every
+    // publish made across the switch.
+    assert!(Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    let summary = log
+        .lines()
+        .find(|l| l.starts_with("traffic: "))
+        .unwrap_or_else(|| panic!("no traffic summary: {log}"));
+    assert!(
+        summary.contains(" 0 publish failures") && summary.contains(" 0 gaps"),
+        "{summary}"
+    );
     assert!(log.contains("request refused"), "no audit line in: {log}");
     let mut secrets = vec![
         admin.clone(),
