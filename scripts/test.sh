@@ -231,7 +231,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
 # The benches must build and link. In the dev profile, on the artefacts the
 # tests just built (clippy --all-targets has type-checked them already); an
-# optimized build of every bench took about 15 minutes and proved nothing
+# optimized build of every bench took about 20 minutes and proved nothing
 # more. `cargo bench -p bkswitch-bench --bench <name>` runs one optimized.
 step "benches build (dev profile)"
 cargo build --workspace --benches --all-features
