@@ -149,9 +149,17 @@ impl Node {
     /// [`NodeError::Metadata`] when the store cannot be read or the record
     /// does not decode.
     pub async fn metadata_migration(&self) -> Result<Option<MigrationRecord>, NodeError> {
-        let current = read_current(self.migration_store().as_ref())
-            .await?
-            .map(|(r, _)| r);
+        // A flip between taking the store in use and reading it closes
+        // that store under the read: read again from the one now in use.
+        let current = loop {
+            let store = self.migration_store();
+            match read_current(store.as_ref()).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Closed
+                        && !Arc::ptr_eq(&store, &self.migration_store()) => {}
+                r => break r?.map(|(r, _)| r),
+            }
+        };
         Ok(match (current, self.migration()) {
             (Some(r), Some(h)) => {
                 h.remember(&r);
