@@ -2,8 +2,9 @@
 # Long runs of the real-stack loss checker (cli/tests/real_nemesis): N
 # histories of three `bookie-switch serve` processes on two real bookie
 # clusters, their metadata links (ZooKeeper for even seeds, etcd for odd
-# ones) behind fault-injecting proxies, every acknowledged message read back
-# at the end. docs/RELIABILITY.md records the figures.
+# ones) behind fault-injecting proxies, their bookie links cut by NetCut
+# (root and iptables), every acknowledged message read back at the end.
+# docs/RELIABILITY.md records the figures.
 #
 #   scripts/real-nemesis.sh 100 3     # 100 histories in 3 parallel processes
 #
@@ -26,7 +27,7 @@ BIN=$(cargo test -p bkswitch-cli --features etcd --test real_nemesis --no-run 2>
     | sed -n 's/.*Executable .*(\(.*real_nemesis-[0-9a-f]*\))$/\1/p' | tail -1)
 [ -n "$BIN" ] && [ -x "$BIN" ] || { echo "cannot build the real_nemesis test binary" >&2; exit 1; }
 
-export BKSWITCH_REQUIRE_ZK=1 BKSWITCH_REQUIRE_BK=1
+export BKSWITCH_REQUIRE_ZK=1 BKSWITCH_REQUIRE_BK=1 BKSWITCH_REQUIRE_NETCUT=1
 start=$(date +%s)
 pids=()
 for ((k = 0; k < JOBS; k++)); do

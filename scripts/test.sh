@@ -10,6 +10,8 @@
 #      and Debian's `prometheus` (server and promtool; the metrics tests use both);
 #      and Debian's `etcd-server` and `protobuf-compiler` (the etcd store's
 #      tests start real etcd servers; its client compiles etcd's protobufs);
+#      and Debian's `iptables` (the real-stack nemesis cuts a `serve` process
+#      off its bookies);
 #   2. installs Maven and a JDK when missing and fetches the BookKeeper jars,
 #      Pulsar's format classes and Pulsar's metadata store with its runtime
 #      classpath (scripts/fetch-java-deps.sh; cached outside the checkout) — the
@@ -61,6 +63,13 @@ if ! command -v etcd >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1; the
 fi
 command -v etcd >/dev/null 2>&1 || { echo "etcd missing after install" >&2; exit 1; }
 command -v protoc >/dev/null 2>&1 || { echo "protoc missing after install" >&2; exit 1; }
+# iptables: the real-stack nemesis cuts a `serve` process off its bookies
+# (zk-harness's NetCut: a cgroup per process, rules by connection mark).
+if ! command -v iptables >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+fi
+command -v iptables >/dev/null 2>&1 || { echo "iptables missing after install" >&2; exit 1; }
 
 step "BookKeeper jars"
 if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
@@ -118,6 +127,8 @@ export BKSWITCH_REQUIRE_ZK=1
 # classes, Pulsar's EtcdMetadataStore; bkswitch-bk-harness): missing Java or
 # jars fail them instead of skipping them.
 export BKSWITCH_REQUIRE_BK=1
+# And for the network cuts of the real-stack nemesis (root, iptables, cgroup v2).
+export BKSWITCH_REQUIRE_NETCUT=1
 
 step "cargo fmt --check"
 if cargo fmt --version >/dev/null 2>&1; then

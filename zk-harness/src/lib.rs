@@ -3,6 +3,7 @@
 
 mod ensemble;
 mod guard;
+mod netcut;
 mod proxy;
 
 use std::fmt;
@@ -19,6 +20,7 @@ use tempfile::TempDir;
 
 pub use ensemble::ZkEnsemble;
 pub use guard::{GuardedIo, GuardedProcess};
+pub use netcut::NetCut;
 pub use proxy::{FaultProxy, LinkMode};
 
 /// Classpath used when `ZOOKEEPER_CLASSPATH` is not set: Debian's `zookeeper`

@@ -122,7 +122,25 @@ pub async fn launch(
     internal: &str,
     log: &Path,
 ) -> Proc {
-    let mut child = Command::new(BIN)
+    launch_in(None, command, port, args, admin, internal, log).await
+}
+
+/// [`launch`], the process inside `cut`'s cgroup when one is given (so that
+/// a test can cut it off ports, such as its bookies').
+pub async fn launch_in(
+    cut: Option<&bkswitch_zk_harness::NetCut>,
+    command: &str,
+    port: u16,
+    args: &[String],
+    admin: &str,
+    internal: &str,
+    log: &Path,
+) -> Proc {
+    let mut cmd = match cut {
+        Some(cut) => cut.command(BIN),
+        None => Command::new(BIN),
+    };
+    let mut child = cmd
         .args([command, "--listen", &format!("127.0.0.1:{port}")])
         .args(args)
         .env("BKSWITCH_ADMIN_TOKEN", admin)

@@ -4,8 +4,10 @@
 //! store through a fault-injecting TCP proxy.
 //!
 //! A history from a seed: a schedule of faults — metadata-link partitions
-//! (blackhole or reset; shorter and longer than the 4 s session), SIGKILL and
-//! restart, SIGSTOP past the session then SIGCONT — and operator calls on
+//! (blackhole or reset; shorter and longer than the 4 s session), bookie-link
+//! cuts (every bookie or one, blackhole or reset, shorter and longer than the
+//! 5 s add timeout; `NetCut`, no proxy), SIGKILL and restart, SIGSTOP past
+//! the session then SIGCONT — and operator calls on
 //! random nodes (switch to `new`, rollback, switch back to `old`, each after
 //! the idgen step), running in the background so that they overlap the
 //! faults. Then every link heals, the switch settles, every process stops

@@ -1,5 +1,6 @@
 //! The schedule of a real history, drawn from its seed: faults on the
-//! `serve` processes and their metadata links, and operator calls.
+//! `serve` processes, their metadata links and their bookie links, and
+//! operator calls.
 
 use std::fmt;
 use std::time::Duration;
@@ -38,6 +39,19 @@ pub(crate) enum Cut {
     Reset,
 }
 
+/// Which bookies a bookie cut takes a node off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bookies {
+    /// Every bookie of both clusters.
+    All,
+    /// One bookie: `old`'s (0, 1) or `new`'s (2, 3). With ensembles of two
+    /// on two bookies there is no spare: writes to it wait or time out.
+    One(usize),
+}
+
+/// Bookie cuts shorter than this are within the client's add timeout.
+pub(crate) const ADD_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// An operator call through the REST API of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Call {
@@ -56,6 +70,18 @@ pub(crate) enum Step {
     Partition {
         /// Which node.
         node: usize,
+        /// Blackhole or reset.
+        cut: Cut,
+        /// How long.
+        ms: u64,
+    },
+    /// `node`'s links to `bookies` cut for `ms` (no proxy: a network cut of
+    /// its process), then healed.
+    BookieCut {
+        /// Which node.
+        node: usize,
+        /// Which bookies.
+        bookies: Bookies,
         /// Blackhole or reset.
         cut: Cut,
         /// How long.
@@ -101,6 +127,21 @@ impl Step {
                     (Cut::Blackhole, true) => "blackhole > session",
                     (Cut::Reset, false) => "reset < session",
                     (Cut::Reset, true) => "reset > session",
+                }
+            }
+            Step::BookieCut {
+                bookies, cut, ms, ..
+            } => {
+                let long = Duration::from_millis(*ms) > ADD_TIMEOUT;
+                match (bookies, cut, long) {
+                    (Bookies::All, Cut::Blackhole, false) => "bookies blackhole < add timeout",
+                    (Bookies::All, Cut::Blackhole, true) => "bookies blackhole > add timeout",
+                    (Bookies::All, Cut::Reset, _) => "bookies reset",
+                    (Bookies::One(_), Cut::Blackhole, false) => {
+                        "one bookie blackhole < add timeout"
+                    }
+                    (Bookies::One(_), Cut::Blackhole, true) => "one bookie blackhole > add timeout",
+                    (Bookies::One(_), Cut::Reset, _) => "one bookie reset",
                 }
             }
             Step::Kill { .. } => "SIGKILL + restart",
@@ -164,7 +205,7 @@ pub(crate) fn backend_of(seed: u64) -> Backend {
 
 /// The steps of history `seed`: `steps` of them, at least one metadata
 /// partition longer than the session and one operator call, the first call
-/// a switch to `new`.
+/// a switch to `new`; then one or two bookie cuts inserted among them.
 pub(crate) fn plan(seed: u64, steps: usize) -> Vec<Step> {
     let mut rng = Rng::new(seed);
     let session = SESSION.as_millis() as u64;
@@ -235,6 +276,37 @@ pub(crate) fn plan(seed: u64, steps: usize) -> Vec<Step> {
             call: Call::SwitchToNew,
         };
     }
+    // One or two bookie cuts from a stream of their own, inserted among the
+    // steps: the steps above stay what they were for the seeds kept as
+    // regressions before bookie cuts existed.
+    let mut cuts = Rng(seed ^ 0xb00c_1e5c_u64.rotate_left(17));
+    for _ in 0..1 + cuts.range(0..2) {
+        let bookies = match cuts.range(0..3) {
+            0 => Bookies::All,
+            _ => Bookies::One(cuts.range(0..4) as usize),
+        };
+        let cut = if cuts.range(0..3) == 0 {
+            Cut::Reset
+        } else {
+            Cut::Blackhole
+        };
+        let add = ADD_TIMEOUT.as_millis() as u64;
+        let ms = if cuts.range(0..2) == 0 {
+            cuts.range(500..add - 1_000)
+        } else {
+            cuts.range(add + 1_000..add + 4_000)
+        };
+        let at = cuts.range(0..out.len() as u64 + 1) as usize;
+        out.insert(
+            at,
+            Step::BookieCut {
+                node: cuts.node(),
+                bookies,
+                cut,
+                ms,
+            },
+        );
+    }
     out
 }
 
@@ -246,10 +318,29 @@ mod tests {
     fn a_seed_gives_one_schedule() {
         assert_eq!(plan(7, 8), plan(7, 8));
         assert_ne!(plan(7, 8), plan(8, 8));
+        let mut kinds = std::collections::BTreeSet::new();
         for seed in 0..200 {
             let p = plan(seed, 6);
             assert!(p.iter().any(|s| s.kind().ends_with("> session")));
             assert!(p.iter().any(|s| matches!(s, Step::Operator { .. })));
+            let cuts = p
+                .iter()
+                .filter(|s| matches!(s, Step::BookieCut { .. }))
+                .count();
+            assert!((1..=2).contains(&cuts), "seed {seed}: {cuts} bookie cuts");
+            assert_eq!(p.len(), 6 + cuts);
+            kinds.extend(p.iter().map(Step::kind));
+        }
+        // Every kind of bookie cut is drawn.
+        for k in [
+            "bookies blackhole < add timeout",
+            "bookies blackhole > add timeout",
+            "bookies reset",
+            "one bookie blackhole < add timeout",
+            "one bookie blackhole > add timeout",
+            "one bookie reset",
+        ] {
+            assert!(kinds.contains(k), "{k} never drawn");
         }
     }
 }

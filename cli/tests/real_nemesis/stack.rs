@@ -1,9 +1,9 @@
 //! The stack of a real history: two real bookie clusters (shared by the
 //! histories of one test process), a metadata store (the process's ZooKeeper
 //! or etcd server, a fresh chroot or prefix per history), one
-//! [`FaultProxy`] per `serve` process on its metadata link, and the three
-//! `serve` processes with traffic and ack logs, started through
-//! `common::procs`.
+//! [`FaultProxy`] per `serve` process on its metadata link, a [`NetCut`]
+//! per process for its bookie links, and the three `serve` processes with
+//! traffic and ack logs, started through `common::procs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,11 +13,11 @@ use bkswitch_admin::AdminClient;
 use bkswitch_bk_harness::BkCluster;
 use bkswitch_bookkeeper::{advance_ledger_id_generator, ClientConfig};
 use bkswitch_registry::ClusterStatus;
-use bkswitch_zk_harness::{FaultProxy, LinkMode};
+use bkswitch_zk_harness::{FaultProxy, LinkMode, NetCut};
 use tokio::task::JoinSet;
 
-use crate::common::procs::{kill, launch, Proc, ADMIN};
-use crate::plan::{Backend, Call, Cut, Step, NODES, SESSION};
+use crate::common::procs::{kill, launch_in, Proc, ADMIN};
+use crate::plan::{Backend, Bookies, Call, Cut, Step, NODES, SESSION};
 
 /// The node-to-node token of the histories.
 const INTERNAL: &str = "real-nemesis-internal-token";
@@ -60,6 +60,10 @@ pub(crate) struct Stack<'a> {
     pub(crate) dir: PathBuf,
     /// One per node, on its metadata link.
     pub(crate) proxies: Vec<FaultProxy>,
+    /// One per node, for its bookie links (`None` where network cuts cannot
+    /// be made: not root, no iptables; bookie cuts are then skipped, unless
+    /// `BKSWITCH_REQUIRE_NETCUT` is set).
+    pub(crate) cuts: Option<Vec<NetCut>>,
     /// The running processes (`None`: killed, not yet started again).
     pub(crate) nodes: Vec<Option<Proc>>,
     /// Each node's REST port (kept across restarts).
@@ -95,12 +99,28 @@ impl<'a> Stack<'a> {
         let proxies = (0..NODES)
             .map(|_| FaultProxy::start(&server).expect("a proxy"))
             .collect();
+        let cuts = match NetCut::available() {
+            Ok(()) => Some(
+                (0..NODES)
+                    .map(|i| NetCut::new(&format!("node-{i}")).expect("a network cut"))
+                    .collect(),
+            ),
+            Err(why) => {
+                assert!(
+                    std::env::var_os("BKSWITCH_REQUIRE_NETCUT").is_none(),
+                    "bookie cuts are required here (BKSWITCH_REQUIRE_NETCUT): {why}"
+                );
+                eprintln!("bookie cuts are skipped: {why}");
+                None
+            }
+        };
         let mut stack = Stack {
             clusters,
             backend,
             direct_url: url_of(backend, &server, &root),
             dir: dir.to_owned(),
             proxies,
+            cuts,
             nodes: (0..NODES).map(|_| None).collect(),
             ports: (0..NODES).map(|_| stable_port()).collect(),
             starts: vec![0; NODES],
@@ -181,7 +201,8 @@ impl<'a> Stack<'a> {
         if i != 2 {
             args.push("--trim-consumed-ledgers".to_owned());
         }
-        let mut p = launch("serve", self.ports[i], &args, ADMIN, INTERNAL, &log).await;
+        let cut = self.cuts.as_ref().map(|c| &c[i]);
+        let mut p = launch_in(cut, "serve", self.ports[i], &args, ADMIN, INTERNAL, &log).await;
         // The API that answered must be this process's (not another
         // process's that took the port meanwhile).
         let id = self
@@ -221,6 +242,34 @@ impl<'a> Stack<'a> {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 self.proxies[node].heal();
                 self.note(format!("#{n} node-{node}'s metadata link healed"));
+            }
+            Step::BookieCut {
+                node,
+                bookies,
+                cut,
+                ms,
+            } => {
+                let Some(cuts) = &self.cuts else {
+                    self.note(format!("#{n} bookie cut skipped (no network cuts here)"));
+                    return;
+                };
+                let all = self.bookie_ports();
+                let ports = match bookies {
+                    Bookies::All => all,
+                    Bookies::One(b) => vec![all[b % all.len()]],
+                };
+                let mode = match cut {
+                    Cut::Blackhole => LinkMode::Blackhole,
+                    Cut::Reset => LinkMode::Reset,
+                };
+                cuts[node].cut(&ports, mode).expect("cut the bookie links");
+                self.note(format!(
+                    "#{n} node-{node}'s links to bookies {ports:?} {mode:?} for {ms} ms"
+                ));
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let cuts = self.cuts.as_ref().expect("cuts");
+                cuts[node].heal().expect("heal the bookie links");
+                self.note(format!("#{n} node-{node}'s bookie links healed"));
             }
             Step::Kill { node } => {
                 let Some(p) = self.nodes[node].take() else {
@@ -272,6 +321,9 @@ impl<'a> Stack<'a> {
         for p in &self.proxies {
             p.heal();
         }
+        for c in self.cuts.iter().flatten() {
+            c.heal().expect("heal the bookie links");
+        }
         for i in 0..NODES {
             if let Some(pid) = self.nodes[i].as_ref().map(Proc::pid) {
                 signal(pid, "CONT");
@@ -311,6 +363,14 @@ impl<'a> Stack<'a> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// The ports of every bookie: `old`'s, then `new`'s.
+    fn bookie_ports(&self) -> Vec<u16> {
+        [&self.clusters.old, &self.clusters.new]
+            .iter()
+            .flat_map(|c| (0..c.bookie_count()).map(|b| c.bookie_port(b)))
+            .collect()
     }
 
     /// Node `i`'s process, if it runs.
