@@ -95,7 +95,7 @@ pub fn topic_cluster<'a>(
     ) {
         return r;
     }
-    match table.resolve(topic) {
+    match snapshot.index.resolve(table, topic) {
         Ok(Some(r)) => Ok(r.cluster),
         Ok(None) => Err(Refusal::not_ready(format!(
             "no route matches topic `{topic}`: set a route for it, its namespace or tenant, or a default route"

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bkswitch_metadata_store::{MetadataStore, Notification, SessionEvent};
-use bkswitch_topic_routes::{RoutingTable, TopicRoutes};
+use bkswitch_topic_routes::{RouteIndex, RoutingTable, TopicRoutes};
 use futures::StreamExt;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 
@@ -37,6 +37,8 @@ const RETRY: Duration = Duration::from_millis(200);
 pub struct Snapshot {
     /// The routing table.
     pub table: Arc<RoutingTable>,
+    /// Its lookup index (resolves in constant time in the number of routes).
+    pub index: Arc<RouteIndex>,
     /// `None` while the proxy answers; otherwise why it does not (it lost
     /// its metadata session, or cannot read the table).
     pub closed: Option<String>,
@@ -94,6 +96,7 @@ impl RouteView {
                 routes,
                 proxy_id: proxy_id.to_owned(),
                 current: ArcSwap::from_pointee(Snapshot {
+                    index: Arc::new(RouteIndex::new(&table)),
                     table: Arc::new(table),
                     closed: None,
                 }),
@@ -138,10 +141,12 @@ impl RouteView {
     }
 
     fn close(&self, reason: String) {
-        let table = Arc::clone(&self.inner.current.load().table);
+        let current = self.inner.current.load();
+        let (table, index) = (Arc::clone(&current.table), Arc::clone(&current.index));
         tracing::warn!(proxy = %self.inner.proxy_id, %reason, "lookups refused until the routing table is read again");
         self.inner.current.store(Arc::new(Snapshot {
             table,
+            index,
             closed: Some(reason),
         }));
         self.inner.metrics.set_serving(false);
@@ -192,8 +197,12 @@ impl RouteView {
                     let current = self.inner.current.load();
                     let unchanged = current.closed.is_none() && current.table.version == version;
                     if !unchanged {
+                        // The index is built before the swap, off the
+                        // lookups' path.
+                        let index = Arc::new(RouteIndex::new(&table));
                         self.inner.current.store(Arc::new(Snapshot {
                             table: Arc::new(table),
+                            index,
                             closed: None,
                         }));
                         self.inner.metrics.set_table_version(version);

@@ -102,6 +102,19 @@ pub enum RoutesError {
         /// What is wrong.
         reason: String,
     },
+    /// A change would grow a shard of a sharded table past the store's
+    /// largest value.
+    #[error("the routing table is full: shard {shard} of {shards} would hold {bytes} bytes, over the metadata store's largest value ({limit}); remove routes, or route whole prefixes or namespaces instead of single topics. Nothing was written")]
+    TableFull {
+        /// The shard.
+        shard: u32,
+        /// The table's shard count.
+        shards: u32,
+        /// The shard's encoded size.
+        bytes: usize,
+        /// The store's largest value.
+        limit: usize,
+    },
     /// Concurrent writers kept winning the compare-and-set.
     #[error("the routing table kept changing under {attempts} attempts; retry")]
     Conflict {

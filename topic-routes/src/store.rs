@@ -9,6 +9,7 @@ use bkswitch_metadata_store::{CreateMode, ErrorKind, ExpectedVersion, MetadataSt
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RoutesError};
+use crate::layout::{node_name, node_version, shard_of, split, Head, Layout};
 use crate::names::validate_proxy_id;
 use crate::table::{Change, PulsarCluster, RoutingTable};
 
@@ -34,18 +35,27 @@ pub struct ProxyAck {
 
 /// Pulsar clusters and topic routes on any [`MetadataStore`].
 ///
-/// The whole table is one node, `<root>/table`, written only with
-/// compare-and-set: a change is validated against the table it replaces,
-/// so a route can never point to an unregistered cluster and a cluster a
-/// route uses can never be unregistered, whatever runs concurrently. A
-/// refused change writes nothing. The table's size is bounded by the
-/// store's largest value
-/// ([`MAX_VALUE_LEN`](bkswitch_metadata_store::MAX_VALUE_LEN), about
-/// 10,000 routes).
+/// The table's head, `<root>/table`, is written only with compare-and-set:
+/// a change is validated against the table it replaces, so a route can
+/// never point to an unregistered cluster and a cluster a route uses can
+/// never be unregistered, whatever runs concurrently. A refused change
+/// writes nothing. A small table lies whole in the head; a large one is
+/// sharded over immutable nodes the head names ([`Layout`]; the layout is
+/// described in `docs/FORMATS.md`), so a table holds millions of routes and
+/// a change rewrites only the shards it touches.
 #[derive(Debug, Clone)]
 pub struct TopicRoutes {
     store: Arc<dyn MetadataStore>,
     root: String,
+    layout: Layout,
+}
+
+/// `value`'s JSON, for the node at `path`.
+fn encode<T: Serialize>(path: &str, value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| RoutesError::Corrupt {
+        path: path.to_owned(),
+        reason: format!("cannot encode: {e}"),
+    })
 }
 
 fn now_ms() -> i64 {
@@ -61,7 +71,16 @@ impl TopicRoutes {
         TopicRoutes {
             store,
             root: DEFAULT_ROOT.to_owned(),
+            layout: Layout::default(),
         }
+    }
+
+    /// The same routes, written with `layout` (when a table is sharded and
+    /// into how many shards). Readers need no setting: the head says how
+    /// its table lies.
+    pub fn with_layout(mut self, layout: Layout) -> TopicRoutes {
+        self.layout = layout;
+        self
     }
 
     /// The routes under `root` (an absolute path without trailing `/`).
@@ -77,6 +96,7 @@ impl TopicRoutes {
         Ok(TopicRoutes {
             store,
             root: root.to_owned(),
+            layout: Layout::default(),
         })
     }
 
@@ -85,35 +105,101 @@ impl TopicRoutes {
         &self.root
     }
 
-    /// The path of the table node.
+    /// The path of the table's head (the node to watch: every change
+    /// writes it).
     pub fn table_path(&self) -> String {
         format!("{}/table", self.root)
+    }
+
+    /// The folder of a sharded table's shard nodes.
+    pub fn shards_path(&self) -> String {
+        format!("{}/shards", self.root)
     }
 
     fn acks_path(&self) -> String {
         format!("{}/acks", self.root)
     }
 
-    /// The table and its node version (`None`: not written yet, the table
-    /// is empty at version 0).
+    /// The table and its head's node version (`None`: not written yet, the
+    /// table is empty at version 0).
     ///
     /// # Errors
     /// [`RoutesError::Corrupt`] for an unreadable table, [`RoutesError::Metadata`].
     pub async fn read(&self) -> Result<(RoutingTable, Option<i64>)> {
+        let (table, version, _) = self.read_head_and_table().await?;
+        Ok((table, version))
+    }
+
+    /// The table, its head's node version and the head as stored.
+    async fn read_head_and_table(&self) -> Result<(RoutingTable, Option<i64>, Head)> {
         let path = self.table_path();
-        let Some(r) = self.store.get(&path).await? else {
-            return Ok((RoutingTable::default(), None));
+        let corrupt = |path: &str, reason: String| RoutesError::Corrupt {
+            path: path.to_owned(),
+            reason,
         };
-        let table: RoutingTable =
-            serde_json::from_slice(&r.value).map_err(|e| RoutesError::Corrupt {
-                path: path.clone(),
-                reason: format!("not the expected JSON: {e}"),
-            })?;
-        table.check().map_err(|e| RoutesError::Corrupt {
-            path,
-            reason: e.to_string(),
-        })?;
-        Ok((table, Some(r.stat.version)))
+        // A shard node deleted under a reader means a newer head: read
+        // again (a few times; a head that names a node that is gone while
+        // the head stays the same is corrupt).
+        let mut attempts = 0;
+        'again: loop {
+            attempts += 1;
+            let Some(r) = self.store.get(&path).await? else {
+                return Ok((RoutingTable::default(), None, Head::default()));
+            };
+            let head: Head = serde_json::from_slice(&r.value)
+                .map_err(|e| corrupt(&path, format!("not the expected JSON: {e}")))?;
+            let routes = match (&head.routes, head.shards) {
+                (Some(routes), None) => routes.clone(),
+                (None, Some(shards)) if shards > 0 => {
+                    let reads = head.shard_nodes.iter().map(|(&shard, name)| {
+                        let node = format!("{}/{name}", self.shards_path());
+                        async move { (shard, node.clone(), self.store.get(&node).await) }
+                    });
+                    let mut routes = BTreeMap::new();
+                    for (shard, node, got) in futures::future::join_all(reads).await {
+                        let Some(got) = got? else {
+                            let now = self.store.exists(&path).await?;
+                            if attempts < 8 && now.is_some_and(|st| st.version != r.stat.version) {
+                                continue 'again;
+                            }
+                            return Err(corrupt(
+                                &path,
+                                format!(
+                                    "version {} names shard node {node}, which is missing",
+                                    head.version
+                                ),
+                            ));
+                        };
+                        let part: BTreeMap<String, String> = serde_json::from_slice(&got.value)
+                            .map_err(|e| corrupt(&node, format!("not the expected JSON: {e}")))?;
+                        if let Some(route) = part.keys().find(|k| shard_of(k, shards) != shard) {
+                            return Err(corrupt(
+                                &node,
+                                format!(
+                                    "route `{route}` does not belong to shard {shard} of {shards}"
+                                ),
+                            ));
+                        }
+                        routes.extend(part);
+                    }
+                    routes
+                }
+                _ => {
+                    return Err(corrupt(
+                        &path,
+                        "neither a whole table (`routes`) nor a sharded one (`shards` > 0)"
+                            .to_owned(),
+                    ))
+                }
+            };
+            let table = RoutingTable {
+                version: head.version,
+                clusters: head.clusters.clone(),
+                routes,
+            };
+            table.check().map_err(|e| corrupt(&path, e.to_string()))?;
+            return Ok((table, Some(r.stat.version), head));
+        }
     }
 
     /// The current table.
@@ -133,18 +219,23 @@ impl TopicRoutes {
     pub async fn apply(&self, changes: &[Change]) -> Result<RoutingTable> {
         let path = self.table_path();
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let (table, version) = self.read().await?;
+            let (table, version, head) = self.read_head_and_table().await?;
             let next = table.apply(changes)?;
-            let bytes = serde_json::to_vec(&next).map_err(|e| RoutesError::Corrupt {
-                path: path.clone(),
-                reason: format!("cannot encode: {e}"),
-            })?;
+            let (next_head, created) = self.stage(&table, &head, &next).await?;
+            let bytes = encode(&path, &next_head)?;
             let expected = version.map_or(ExpectedVersion::NotExists, ExpectedVersion::Exactly);
             match self.store.put_version(&path, &bytes, expected).await {
-                Ok(_) => return Ok(next),
-                Err(e) if e.is_conflict() => continue,
+                Ok(_) => {
+                    self.collect(&head, &next_head).await;
+                    return Ok(next);
+                }
+                Err(e) if e.is_conflict() => {
+                    self.discard(&created).await;
+                    continue;
+                }
                 Err(e) => {
                     if self.settle_lost_write(&path, &bytes, version).await {
+                        self.collect(&head, &next_head).await;
                         return Ok(next);
                     }
                     return Err(e.into());
@@ -154,6 +245,101 @@ impl TopicRoutes {
         Err(RoutesError::Conflict {
             attempts: MAX_CAS_ATTEMPTS,
         })
+    }
+
+    /// The head of `next` (replacing `table`, stored as `head`), and the
+    /// shard nodes created for it: `next` whole when it fits the layout's
+    /// inline limit, else sharded, each shard whose routes did not change
+    /// keeping its node.
+    async fn stage(
+        &self,
+        table: &RoutingTable,
+        head: &Head,
+        next: &RoutingTable,
+    ) -> Result<(Head, Vec<String>)> {
+        let whole = Head::inline(next);
+        let len = encode(&self.table_path(), &whole)?.len();
+        if len <= self.layout.inline_limit {
+            return Ok((whole, Vec::new()));
+        }
+        let shards = head.shards.unwrap_or(self.layout.shards).max(1);
+        let before = match head.shards {
+            Some(_) => split(&table.routes, shards),
+            None => BTreeMap::new(),
+        };
+        let mut shard_nodes = BTreeMap::new();
+        let mut created = Vec::new();
+        for (shard, routes) in split(&next.routes, shards) {
+            if let (Some(old), Some(name)) = (before.get(&shard), head.shard_nodes.get(&shard)) {
+                if *old == routes {
+                    shard_nodes.insert(shard, name.clone());
+                    continue;
+                }
+            }
+            let name = node_name(shard, next.version);
+            let node = format!("{}/{name}", self.shards_path());
+            let bytes = encode(&node, &routes)?;
+            if bytes.len() > bkswitch_metadata_store::MAX_VALUE_LEN {
+                self.discard(&created).await;
+                return Err(RoutesError::TableFull {
+                    shard,
+                    shards,
+                    bytes: bytes.len(),
+                    limit: bkswitch_metadata_store::MAX_VALUE_LEN,
+                });
+            }
+            if let Err(e) = self
+                .store
+                .put(&node, &bytes, ExpectedVersion::NotExists)
+                .await
+            {
+                self.discard(&created).await;
+                return Err(e.into());
+            }
+            created.push(name.clone());
+            shard_nodes.insert(shard, name);
+        }
+        Ok((
+            Head {
+                version: next.version,
+                clusters: next.clusters.clone(),
+                routes: None,
+                shards: Some(shards),
+                shard_nodes,
+            },
+            created,
+        ))
+    }
+
+    /// Deletes shard nodes a failed write created (best effort: what is
+    /// left is collected by a later write).
+    async fn discard(&self, created: &[String]) {
+        for name in created {
+            let node = format!("{}/{name}", self.shards_path());
+            let _ = self.store.delete(&node, ExpectedVersion::Any).await;
+        }
+    }
+
+    /// After `next` replaced `prev`: deletes the shard nodes no head names
+    /// any more, and those a failed or crashed writer left behind (written
+    /// for a version not above `next`'s, so no write still under way can
+    /// use them). Best effort: a node left is collected by a later write.
+    async fn collect(&self, prev: &Head, next: &Head) {
+        let named: std::collections::BTreeSet<&String> = next.shard_nodes.values().collect();
+        let mut gone: Vec<String> = prev
+            .shard_nodes
+            .values()
+            .filter(|n| !named.contains(n))
+            .cloned()
+            .collect();
+        if let Ok(children) = self.store.children(&self.shards_path()).await {
+            gone.extend(children.into_iter().filter(|c| {
+                !named.contains(c) && node_version(c).is_some_and(|v| v <= next.version)
+            }));
+        }
+        gone.sort();
+        gone.dedup();
+        self.discard(&gone).await;
     }
 
     /// After a write whose answer was lost: `true` if it landed; if it did

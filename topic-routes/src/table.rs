@@ -55,7 +55,7 @@ impl PulsarCluster {
 }
 
 /// How every prefix route's key starts.
-const PREFIX: &str = "prefix:";
+pub(crate) const PREFIX: &str = "prefix:";
 
 /// One change of the routing table; [`RoutingTable::apply`] applies a list
 /// of them all or nothing.

@@ -51,3 +51,10 @@ async fn proxies_acknowledge_versions_and_a_dead_proxy_leaves_the_barrier() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_table_is_sharded_and_read_back() {
+    let prefix = bkswitch_etcd_harness::unique_prefix();
+    common::sharded::a_large_table_is_sharded_and_read_back(etcd_store(&prefix).await, "/routes")
+        .await;
+}

@@ -19,6 +19,94 @@ async fn bad_input_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_table_is_sharded_and_read_back() {
+    common::sharded::a_large_table_is_sharded_and_read_back(
+        Arc::new(MemoryStore::new()),
+        "/routes",
+    )
+    .await;
+}
+
+/// A million routes: written in one change, read back, resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_routes_fit() {
+    use bkswitch_topic_routes::{Change, RouteIndex, RouteKey};
+    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let routes = TopicRoutes::new(Arc::clone(&store));
+    routes
+        .register_cluster(common::cluster("east"))
+        .await
+        .unwrap();
+    let changes: Vec<Change> = (0..1_000_000)
+        .map(|i| {
+            Change::SetRoute(
+                RouteKey::Topic(format!("persistent://acme/ns-{}/t-{i:07}", i % 100)),
+                "east".into(),
+            )
+        })
+        .collect();
+    routes.apply(&changes).await.unwrap();
+    let mut largest = 0;
+    for c in store.children(&routes.shards_path()).await.unwrap() {
+        let node = format!("{}/{c}", routes.shards_path());
+        largest = largest.max(store.get(&node).await.unwrap().unwrap().value.len());
+    }
+    assert!(
+        largest < bkswitch_metadata_store::MAX_VALUE_LEN / 2,
+        "{largest}"
+    );
+    let table = routes.table().await.unwrap();
+    assert_eq!(table.routes.len(), 1_000_000);
+    let index = RouteIndex::new(&table);
+    let r = index
+        .resolve(&table, "persistent://acme/ns-42/t-0000042-partition-1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.cluster.name, "east");
+}
+
+/// A shard that would pass the store's largest value is refused, with
+/// nothing written.
+#[tokio::test]
+async fn a_full_table_is_refused_with_nothing_written() {
+    use bkswitch_topic_routes::{Change, Layout, RouteKey, RoutesError};
+    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let routes = TopicRoutes::new(Arc::clone(&store)).with_layout(Layout {
+        inline_limit: 0,
+        shards: 1,
+    });
+    routes
+        .register_cluster(common::cluster("east"))
+        .await
+        .unwrap();
+    let before = common::snapshot(&*store, "/admin").await;
+    let changes: Vec<Change> = (0..20_000)
+        .map(|i| {
+            Change::SetRoute(
+                RouteKey::Topic(format!(
+                    "persistent://acme/ns/a-rather-long-topic-name-{i:07}"
+                )),
+                "east".into(),
+            )
+        })
+        .collect();
+    let err = routes.apply(&changes).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RoutesError::TableFull {
+                shard: 0,
+                shards: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Nothing was written"), "{err}");
+    assert_eq!(common::snapshot(&*store, "/admin").await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_changes_are_serialized() {
     common::concurrent_changes_are_serialized(Arc::new(MemoryStore::new()), "/routes").await;
 }

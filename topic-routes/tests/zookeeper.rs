@@ -75,3 +75,10 @@ async fn proxies_acknowledge_versions_and_a_dead_proxy_leaves_the_barrier() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_table_is_sharded_and_read_back() {
+    let chroot = bkswitch_zk_harness::unique_chroot();
+    common::sharded::a_large_table_is_sharded_and_read_back(zk_store(&chroot).await, "/routes")
+        .await;
+}

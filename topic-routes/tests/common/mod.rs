@@ -7,6 +7,8 @@ use std::time::Duration;
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_topic_routes::{Change, PulsarCluster, RouteKey, RoutesError, TopicRoutes};
 
+pub mod sharded;
+
 /// Every node under `root` as `(path, value, version)`, sorted.
 pub async fn snapshot(store: &dyn MetadataStore, root: &str) -> Vec<(String, Vec<u8>, i64)> {
     let mut out = Vec::new();

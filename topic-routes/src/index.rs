@@ -1,0 +1,259 @@
+//! A lookup index over a routing table: hash maps instead of the table's
+//! sorted maps, so that a resolve costs the same with a million routes as
+//! with a hundred (the sorted maps' walks grow with the logarithm of the
+//! table and miss the cache at every level).
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::names::{RouteKey, TopicName};
+use crate::table::{Resolved, RoutingTable, PREFIX};
+
+/// One namespace's prefix routes: (the prefix's part of the local name,
+/// cluster name), sorted by that part.
+type PrefixGroup = Vec<(Box<str>, Box<str>)>;
+
+/// Resolves topics as [`RoutingTable::resolve`] does, in constant time in
+/// the number of routes: exact routes (topic, namespace, tenant, default)
+/// in one hash map; prefix routes grouped by the namespace they lie in
+/// (`domain://tenant/namespace/`), each group sorted, so that the longest
+/// prefix is searched among one namespace's prefix routes only.
+///
+/// Built from one table version ([`RouteIndex::new`]) and used with that
+/// table: a lookup proxy builds it once per table it serves.
+#[derive(Debug, Clone, Default)]
+pub struct RouteIndex {
+    /// Route key (`topic:…`, `namespace:…`, `tenant:…`, `default`) → cluster
+    /// name.
+    exact: HashMap<Box<str>, Box<str>>,
+    /// `domain://tenant/namespace/` → (the prefix's part of the local name,
+    /// cluster name), sorted by that part.
+    prefixes: HashMap<Box<str>, PrefixGroup>,
+    /// The version of the table it was built from.
+    version: u64,
+}
+
+impl RouteIndex {
+    /// The index of `table`.
+    pub fn new(table: &RoutingTable) -> RouteIndex {
+        let mut exact = HashMap::with_capacity(table.routes.len());
+        let mut prefixes: HashMap<Box<str>, PrefixGroup> = HashMap::new();
+        for (key, cluster) in &table.routes {
+            match key.strip_prefix(PREFIX) {
+                Some(prefix) => {
+                    // `domain://tenant/namespace/local-part`: split after
+                    // the fourth `/` (two of `://`, the tenant's, the
+                    // namespace's).
+                    let Some(at) = prefix.match_indices('/').nth(3).map(|(i, _)| i + 1) else {
+                        continue;
+                    };
+                    prefixes
+                        .entry(prefix[..at].into())
+                        .or_default()
+                        .push((prefix[at..].into(), cluster.as_str().into()));
+                }
+                None => {
+                    exact.insert(key.as_str().into(), cluster.as_str().into());
+                }
+            }
+        }
+        // The table's map is sorted, so is each group; sorted again in case.
+        for group in prefixes.values_mut() {
+            group.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            group.shrink_to_fit();
+        }
+        RouteIndex {
+            exact,
+            prefixes,
+            version: table.version,
+        }
+    }
+
+    /// The version of the table the index was built from.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Where `topic` goes in `table` (the table the index was built from):
+    /// the same answer as [`RoutingTable::resolve`].
+    ///
+    /// # Errors
+    /// [`RoutesError::InvalidTopic`](crate::RoutesError::InvalidTopic) for a
+    /// malformed topic name.
+    pub fn resolve<'t>(
+        &self,
+        table: &'t RoutingTable,
+        topic: &str,
+    ) -> Result<Option<Resolved<'t>>> {
+        let name = TopicName::parse(topic)?;
+        let base = name.base();
+        let mut key = String::with_capacity(base.len() + 16);
+        key.push_str("topic:");
+        key.push_str(&base);
+        let cluster_of = |key: &str| {
+            self.exact
+                .get(key)
+                .and_then(|c| table.clusters.get(c.as_ref()))
+        };
+        if let Some(cluster) = cluster_of(&key) {
+            return Ok(Some(Resolved {
+                cluster,
+                route: RouteKey::Topic(base),
+            }));
+        }
+        let split = base.len() - name.local.len();
+        if let Some(group) = self.prefixes.get(&base[..split]) {
+            if let Some((part, cluster)) = longest_prefix(group, &name.local, table) {
+                return Ok(Some(Resolved {
+                    cluster,
+                    route: RouteKey::Prefix(format!("{}{part}", &base[..split])),
+                }));
+            }
+        }
+        let namespace = [name.tenant.as_str(), "/", name.namespace.as_str()];
+        for (prefix, selector) in [("namespace:", &namespace[..]), ("tenant:", &namespace[..1])] {
+            key.clear();
+            key.push_str(prefix);
+            selector.iter().for_each(|part| key.push_str(part));
+            if let Some(cluster) = cluster_of(&key) {
+                let selector = selector.concat();
+                let route = if prefix == "tenant:" {
+                    RouteKey::Tenant(selector)
+                } else {
+                    RouteKey::Namespace(selector)
+                };
+                return Ok(Some(Resolved { cluster, route }));
+            }
+        }
+        Ok(cluster_of("default").map(|cluster| Resolved {
+            cluster,
+            route: RouteKey::Default,
+        }))
+    }
+}
+
+/// The longest entry of `group` (sorted) that starts `local` (at least one
+/// character long) and routes to a cluster `table` has, and that cluster.
+/// The walk of [`RoutingTable`]'s own search, on a sorted slice: the last
+/// entry at or before the candidate either starts it, or shares a shorter
+/// common start with it, which every entry starting the candidate shares.
+fn longest_prefix<'g, 't>(
+    group: &'g [(Box<str>, Box<str>)],
+    local: &str,
+    table: &'t RoutingTable,
+) -> Option<(&'g str, &'t crate::PulsarCluster)> {
+    let mut candidate = local;
+    while !candidate.is_empty() {
+        let at = group.partition_point(|(p, _)| p.as_ref() <= candidate);
+        let (found, cluster) = group.get(at.checked_sub(1)?)?;
+        let mut common = if candidate.starts_with(found.as_ref()) {
+            if found.is_empty() {
+                return None;
+            }
+            if let Some(c) = table.clusters.get(cluster.as_ref()) {
+                return Some((found, c));
+            }
+            found.len() - 1
+        } else {
+            found
+                .bytes()
+                .zip(candidate.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        while !candidate.is_char_boundary(common) {
+            common -= 1;
+        }
+        candidate = &candidate[..common];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Change, PulsarCluster};
+
+    fn cluster(name: &str) -> PulsarCluster {
+        PulsarCluster {
+            name: name.to_owned(),
+            service_url: "pulsar://127.0.0.1:6650".to_owned(),
+            service_url_tls: None,
+            web_service_url: "http://127.0.0.1:8080".to_owned(),
+            admin_url: "http://127.0.0.1:8080".to_owned(),
+        }
+    }
+
+    /// A small deterministic generator.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// Names from a small alphabet, so that prefixes overlap often.
+    fn local(rng: &mut Rng) -> String {
+        let len = 1 + rng.below(5) as usize;
+        (0..len)
+            .map(|_| ['a', 'b', 'é', '-'][rng.below(4) as usize])
+            .collect()
+    }
+
+    #[test]
+    fn the_index_answers_as_the_table_does() {
+        let mut rng = Rng(7);
+        for round in 0..40 {
+            let mut changes = vec![
+                Change::RegisterCluster(cluster("east")),
+                Change::RegisterCluster(cluster("west")),
+            ];
+            let to = |rng: &mut Rng| if rng.below(2) == 0 { "east" } else { "west" }.to_owned();
+            if round % 3 != 0 {
+                changes.push(Change::SetRoute(RouteKey::Default, to(&mut rng)));
+            }
+            for _ in 0..rng.below(60) {
+                let ns = format!("t{}/n{}", rng.below(2), rng.below(2));
+                let domain = ["persistent", "non-persistent"][rng.below(2) as usize];
+                let key = match rng.below(4) {
+                    0 => RouteKey::Topic(format!("{domain}://{ns}/{}", local(&mut rng))),
+                    1 => RouteKey::Prefix(format!("{domain}://{ns}/{}", local(&mut rng))),
+                    2 => RouteKey::Namespace(ns),
+                    _ => RouteKey::Tenant(format!("t{}", rng.below(2))),
+                };
+                changes.push(Change::SetRoute(key, to(&mut rng)));
+            }
+            let table = RoutingTable::default().apply(&changes).unwrap();
+            let index = RouteIndex::new(&table);
+            assert_eq!(index.version(), table.version);
+            for _ in 0..300 {
+                let topic = format!(
+                    "{}://t{}/n{}/{}{}",
+                    ["persistent", "non-persistent"][rng.below(2) as usize],
+                    rng.below(3),
+                    rng.below(3),
+                    local(&mut rng),
+                    if rng.below(3) == 0 {
+                        format!("-partition-{}", rng.below(4))
+                    } else {
+                        String::new()
+                    }
+                );
+                assert_eq!(
+                    index.resolve(&table, &topic).unwrap(),
+                    table.resolve(&topic).unwrap(),
+                    "{topic} in {:?}",
+                    table.routes
+                );
+            }
+        }
+        let table = RoutingTable::default();
+        let index = RouteIndex::new(&table);
+        assert!(index.resolve(&table, "not a topic").is_err());
+        assert_eq!(index.resolve(&table, "persistent://t/n/x").unwrap(), None);
+    }
+}
