@@ -61,7 +61,9 @@ impl NetCut {
     /// marking rule.
     pub fn new(name: &str) -> Result<NetCut, String> {
         static NEXT: AtomicU32 = AtomicU32::new(1);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
         let root = cgroup2_root()?;
+        SWEPT.call_once(|| sweep_stale(&root));
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let rel = format!("bkswitch-netcut-{pid}-{n}-{name}");
@@ -207,6 +209,76 @@ impl Drop for NetCut {
             }
         }
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Removes what test processes that were killed (no destructor ran) left:
+/// the rules and cgroups of every `NetCut` whose process is gone. A cut left
+/// in force could otherwise hit a later process given the same mark.
+fn sweep_stale(root: &Path) {
+    let alive = |rel: &str| {
+        rel.strip_prefix("bkswitch-netcut-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    };
+    let Ok(out) = Command::new("iptables-save").output() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut table = "filter";
+    let mut dead_marks = Vec::new();
+    let mut deletes: Vec<(String, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = if t == "mangle" { "mangle" } else { "filter" };
+            continue;
+        }
+        if !line.contains(COMMENT) || !line.starts_with("-A OUTPUT") {
+            continue;
+        }
+        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let after = |flag: &str| {
+            words
+                .iter()
+                .position(|w| w == flag)
+                .and_then(|i| words.get(i + 1).cloned())
+        };
+        if table == "mangle" {
+            let Some(path) = after("--path") else { continue };
+            if alive(&path) {
+                continue;
+            }
+            if let Some(mark) = after("--set-xmark") {
+                dead_marks.push(mark.split('/').next().unwrap_or_default().to_owned());
+            }
+            let _ = std::fs::remove_dir(root.join(&path));
+        }
+        deletes.push((table.to_owned(), words));
+    }
+    for (table, mut words) in deletes {
+        if table == "filter" {
+            let mark = words
+                .iter()
+                .position(|w| w == "--mark")
+                .and_then(|i| words.get(i + 1))
+                .map(|m| m.split('/').next().unwrap_or_default().to_owned());
+            if !mark.is_some_and(|m| dead_marks.contains(&m)) {
+                continue;
+            }
+        }
+        words[0] = "-D".to_owned();
+        let mut args = vec!["-w".to_owned(), "-t".to_owned(), table];
+        args.extend(words);
+        let _ = iptables(&args);
+    }
+    if let Ok(dirs) = std::fs::read_dir(root) {
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().into_owned();
+            if name.starts_with("bkswitch-netcut-") && !alive(&name) {
+                let _ = std::fs::remove_dir(d.path());
+            }
+        }
     }
 }
 

@@ -167,8 +167,11 @@ pub(crate) async fn recover(
             Some(add) = adds.next(), if !adds.is_empty() => {
                 if let Err(e) = add {
                     writer.fail(e.clone());
+                    // The add's own code, as BookKeeper's Java client
+                    // returns it: too few bookies now is retryable, an
+                    // unexpected condition is not.
                     return Err(ctx.code_error(
-                        -10,
+                        e.code(),
                         format!("recovery could not write back a recovered entry: {e}"),
                     ));
                 }
