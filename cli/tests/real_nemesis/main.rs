@@ -249,10 +249,19 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Seed 1058 (kept): node-1, started again after SIGKILL, had its metadata
 /// link blackholed while it was still opening its topic; `serve` gave up on
 /// the retryable error and exited. It now retries.
+///
+/// Seed 3010 (kept): node-0, started again after SIGKILL, was cut off one
+/// bookie of `new` while recovering its cursor ledger; recovery's failed
+/// write-back came back as an unexpected condition (-10) instead of the
+/// add's own "not enough bookies" (-6), so `serve` did not retry and exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_zookeeper_history_loses_no_acknowledged_message() {
     let _one = SERIAL.lock().await;
-    run(&[(1058, Backend::ZooKeeper)], true).await;
+    run(
+        &[(1058, Backend::ZooKeeper), (3010, Backend::ZooKeeper)],
+        true,
+    )
+    .await;
 }
 
 /// Seed 1063 (kept): the same defect on etcd (node-0's lease expired in a
