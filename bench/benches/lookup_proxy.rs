@@ -26,6 +26,11 @@
 //!   makes through bkswitch (two round trips).
 //!
 //! Each line: lookups per second, p50 and p99 in microseconds.
+//!
+//! With `LOOKUP_BENCH_ROUTES=100,1000000` (no Pulsar needed): bkswitch's
+//! proxy alone, once per table size, the table holding that many topic
+//! routes (and a default route), the same load over 1,000,000 topic names;
+//! whether a lookup gets slower as the table grows.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -54,8 +59,13 @@ const PROTOCOL: i32 = 21;
 
 type Conn = Framed<TcpStream, PulsarCodec>;
 
+/// How many topic names the load cycles over ([`TOPICS`], or 1,000,000
+/// in the table-size mode).
+static SPREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(TOPICS);
+
 fn topic(i: usize) -> String {
-    format!("persistent://public/default/lookup-bench-{}", i % TOPICS)
+    let spread = SPREAD.load(std::sync::atomic::Ordering::Relaxed);
+    format!("persistent://public/default/lookup-bench-{}", i % spread)
 }
 
 async fn connect(addr: SocketAddr) -> Conn {
@@ -204,7 +214,83 @@ fn addr(url: &str) -> SocketAddr {
         .expect("host:port")
 }
 
+/// The table-size mode: bkswitch's proxy with `sizes` topic routes in
+/// turn, each size timed as the main mode times a target.
+fn table_sizes(sizes: &[usize]) {
+    SPREAD.store(1_000_000, std::sync::atomic::Ordering::Relaxed);
+    let load = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("load runtime");
+    let proxy_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("bkswitch-proxy")
+        .enable_all()
+        .build()
+        .expect("proxy runtime");
+    let mut results: Vec<Vec<Figures>> = sizes.iter().map(|_| Vec::new()).collect();
+    let proxies: Vec<LookupProxy> = sizes
+        .iter()
+        .map(|&n| {
+            proxy_rt.block_on(async {
+                let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+                let mut changes = vec![
+                    Change::RegisterCluster(PulsarCluster {
+                        name: "east".to_owned(),
+                        service_url: "pulsar://127.0.0.1:6650".to_owned(),
+                        service_url_tls: None,
+                        web_service_url: "http://127.0.0.1:8080".to_owned(),
+                        admin_url: "http://127.0.0.1:8080".to_owned(),
+                    }),
+                    Change::SetRoute(RouteKey::Default, "east".to_owned()),
+                ];
+                changes.extend(
+                    (0..n).map(|i| Change::SetRoute(RouteKey::Topic(topic(i)), "east".to_owned())),
+                );
+                TopicRoutes::new(Arc::clone(&store))
+                    .apply(&changes)
+                    .await
+                    .expect("routes");
+                LookupProxy::start(ProxyConfig::new(&format!("bench-{n}")), store)
+                    .await
+                    .expect("bkswitch's proxy")
+            })
+        })
+        .collect();
+    for _ in 0..ROUNDS {
+        for (i, p) in proxies.iter().enumerate() {
+            results[i].push(load.block_on(round(p.binary_addr().expect("binary"), None)));
+        }
+    }
+    println!(
+        "{:<10} {:>12} {:>9} {:>9}",
+        "routes", "lookups/s", "p50 µs", "p99 µs"
+    );
+    for (i, n) in sizes.iter().enumerate() {
+        let rounds = &mut results[i];
+        rounds.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+        let m = &rounds[ROUNDS / 2];
+        println!("{n:<10} {:>12.0} {:>9} {:>9}", m.per_sec, m.p50, m.p99);
+    }
+    for p in proxies {
+        proxy_rt.block_on(p.stop());
+    }
+}
+
 fn main() {
+    if let Ok(sizes) = std::env::var("LOOKUP_BENCH_ROUTES") {
+        let sizes: Vec<usize> = sizes
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("LOOKUP_BENCH_ROUTES: sizes, comma separated")
+            })
+            .collect();
+        table_sizes(&sizes);
+        return;
+    }
     if !pulsar_available() {
         println!("skipped: the Pulsar classpaths are not installed (scripts/fetch-java-deps.sh)");
         return;

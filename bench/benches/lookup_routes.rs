@@ -1,7 +1,10 @@
 //! The lookup proxy's route resolution with many routes: the memory each
-//! route takes in a proxy, the time of one resolve (topic route hit, longest
-//! prefix, namespace fallback) at 100, 10,000 and 1,000,000 routes, and the
-//! size of the table as the store holds it (one JSON node).
+//! route takes in a proxy (the table, and the lookup index the proxy builds
+//! on it), the time of one resolve (topic route hit, longest prefix,
+//! namespace fallback) through the table's sorted maps and through the
+//! index, at 100, 10,000 and 1,000,000 routes, and how the table lies in
+//! the store (written through `TopicRoutes` to the in-memory store: whole
+//! in one node, or sharded; the largest node).
 //!
 //! Run with: cargo bench -p bkswitch-bench --bench lookup_routes
 //! (`-- --quick`: 100 and 10,000 routes only.)
@@ -21,7 +24,12 @@ use std::hint::black_box;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bkswitch_topic_routes::{Change, PulsarCluster, RouteKey, RoutingTable};
+use std::sync::Arc;
+
+use bkswitch_metadata_store::{MemoryStore, MetadataStore};
+use bkswitch_topic_routes::{
+    Change, PulsarCluster, RouteIndex, RouteKey, RoutingTable, TopicRoutes,
+};
 use counting_alloc::{Counting, CURRENT};
 
 #[global_allocator]
@@ -73,13 +81,18 @@ fn table(n: usize) -> RoutingTable {
     RoutingTable::default().apply(&changes).expect("table")
 }
 
-/// The median ns per resolve over [`ROUNDS`] rounds of `names`.
-fn time(t: &RoutingTable, names: &[String]) -> f64 {
+/// The median ns per resolve over [`ROUNDS`] rounds of `names`, through
+/// `index` when given, else through the table.
+fn time(t: &RoutingTable, index: Option<&RouteIndex>, names: &[String]) -> f64 {
     let mut rounds: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let started = Instant::now();
             for name in names {
-                let r = t.resolve(name).expect("resolve");
+                let r = match index {
+                    Some(index) => index.resolve(t, name),
+                    None => t.resolve(name),
+                }
+                .expect("resolve");
                 black_box(r.map(|r| r.cluster.name.len()));
             }
             started.elapsed().as_nanos() as f64 / names.len() as f64
@@ -108,14 +121,27 @@ fn main() {
         &[100, 10_000, 1_000_000]
     };
     println!(
-        "{:>9} {:>12} {:>14} {:>12} {:>12} {:>12}",
-        "routes", "bytes/route", "stored JSON", "topic ns", "prefix ns", "fallback ns"
+        "{:>9} {:>11} {:>11} {:>7} {:>11} {:>18} {:>18} {:>18}",
+        "routes",
+        "table B/rt",
+        "index B/rt",
+        "nodes",
+        "largest B",
+        "topic ns tbl/idx",
+        "prefix ns tbl/idx",
+        "fallback ns tbl/idx"
     );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
     for &n in sizes {
         let before = CURRENT.load(Ordering::Relaxed);
         let t = table(n);
         let bytes = CURRENT.load(Ordering::Relaxed).saturating_sub(before);
-        let json = serde_json::to_vec(&t).expect("json").len();
+        let before = CURRENT.load(Ordering::Relaxed);
+        let index = RouteIndex::new(&t);
+        let index_bytes = CURRENT.load(Ordering::Relaxed).saturating_sub(before);
+        let (nodes, largest) = runtime.block_on(stored(&t));
         let topic_routes = n - n / 100 - (n / 100).min(NAMESPACES / 2);
         let hits: Vec<String> = draws(topic_routes).take(PER_ROUND).map(topic).collect();
         let prefixed: Vec<String> = draws((n / 100).max(1))
@@ -134,18 +160,61 @@ fn main() {
             .take(PER_ROUND)
             .map(|i| format!("persistent://tenant/ns-{}/other-{i}", i % NAMESPACES))
             .collect();
-        // Every class resolves to a route of its own kind.
+        // Every class resolves to a route of its own kind, the same through
+        // the index as through the table.
         let kind = |name: &str| t.resolve(name).unwrap().unwrap().route;
         assert!(matches!(kind(&hits[0]), RouteKey::Topic(_)));
         assert!(matches!(kind(&prefixed[0]), RouteKey::Prefix(_)));
+        for name in hits.iter().chain(&prefixed).chain(&misses).step_by(97) {
+            assert_eq!(t.resolve(name).unwrap(), index.resolve(&t, name).unwrap());
+        }
+        let both = |names: &[String]| {
+            format!(
+                "{:.0} / {:.0}",
+                time(&t, None, names),
+                time(&t, Some(&index), names)
+            )
+        };
         println!(
-            "{n:>9} {:>12.0} {:>14} {:>12.0} {:>12.0} {:>12.0}",
+            "{n:>9} {:>11.0} {:>11.0} {nodes:>7} {largest:>11} {:>18} {:>18} {:>18}",
             bytes as f64 / n as f64,
-            json,
-            time(&t, &hits),
-            time(&t, &prefixed),
-            time(&t, &misses)
+            index_bytes as f64 / n as f64,
+            both(&hits),
+            both(&prefixed),
+            both(&misses)
         );
+        drop(index);
         drop(t);
     }
+}
+
+/// `t` written through `TopicRoutes` (default layout) to an in-memory
+/// store, read back; the nodes it takes and the largest one's bytes.
+async fn stored(t: &RoutingTable) -> (usize, usize) {
+    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let routes = TopicRoutes::new(Arc::clone(&store));
+    let mut changes: Vec<Change> = t
+        .clusters
+        .values()
+        .map(|c| Change::RegisterCluster(c.clone()))
+        .collect();
+    changes.extend(
+        t.routes
+            .iter()
+            .map(|(k, c)| Change::SetRoute(k.parse().expect("a stored route parses"), c.clone())),
+    );
+    routes.apply(&changes).await.expect("written");
+    assert_eq!(routes.table().await.expect("read").routes, t.routes);
+    let mut sizes = vec![store
+        .get(&routes.table_path())
+        .await
+        .unwrap()
+        .unwrap()
+        .value
+        .len()];
+    for c in store.children(&routes.shards_path()).await.unwrap() {
+        let node = format!("{}/{c}", routes.shards_path());
+        sizes.push(store.get(&node).await.unwrap().unwrap().value.len());
+    }
+    (sizes.len(), sizes.into_iter().max().unwrap_or(0))
 }

@@ -10,8 +10,8 @@ use crate::names::{RouteKey, TopicName};
 use crate::table::{Resolved, RoutingTable, PREFIX};
 
 /// One namespace's prefix routes: (the prefix's part of the local name,
-/// cluster name), sorted by that part.
-type PrefixGroup = Vec<(Box<str>, Box<str>)>;
+/// cluster number), sorted by that part.
+type PrefixGroup = Vec<(Box<str>, u32)>;
 
 /// Resolves topics as [`RoutingTable::resolve`] does, in constant time in
 /// the number of routes: exact routes (topic, namespace, tenant, default)
@@ -24,11 +24,13 @@ type PrefixGroup = Vec<(Box<str>, Box<str>)>;
 #[derive(Debug, Clone, Default)]
 pub struct RouteIndex {
     /// Route key (`topic:…`, `namespace:…`, `tenant:…`, `default`) → cluster
-    /// name.
-    exact: HashMap<Box<str>, Box<str>>,
-    /// `domain://tenant/namespace/` → (the prefix's part of the local name,
-    /// cluster name), sorted by that part.
+    /// number (in `names`): the number lies in the map's own slot, so a hit
+    /// reads one key and no other allocation.
+    exact: HashMap<Box<str>, u32>,
+    /// `domain://tenant/namespace/` → that namespace's prefix routes.
     prefixes: HashMap<Box<str>, PrefixGroup>,
+    /// The cluster names routes use, numbered.
+    names: Vec<Box<str>>,
     /// The version of the table it was built from.
     version: u64,
 }
@@ -38,7 +40,14 @@ impl RouteIndex {
     pub fn new(table: &RoutingTable) -> RouteIndex {
         let mut exact = HashMap::with_capacity(table.routes.len());
         let mut prefixes: HashMap<Box<str>, PrefixGroup> = HashMap::new();
+        let mut names: Vec<Box<str>> = Vec::new();
+        let mut number: HashMap<&str, u32> = HashMap::new();
         for (key, cluster) in &table.routes {
+            let n = *number.entry(cluster.as_str()).or_insert_with(|| {
+                names.push(cluster.as_str().into());
+                // Fewer names than routes, and routes fit in memory.
+                u32::try_from(names.len() - 1).expect("fewer than 2^32 clusters")
+            });
             match key.strip_prefix(PREFIX) {
                 Some(prefix) => {
                     // `domain://tenant/namespace/local-part`: split after
@@ -50,10 +59,10 @@ impl RouteIndex {
                     prefixes
                         .entry(prefix[..at].into())
                         .or_default()
-                        .push((prefix[at..].into(), cluster.as_str().into()));
+                        .push((prefix[at..].into(), n));
                 }
                 None => {
-                    exact.insert(key.as_str().into(), cluster.as_str().into());
+                    exact.insert(key.as_str().into(), n);
                 }
             }
         }
@@ -62,9 +71,11 @@ impl RouteIndex {
             group.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             group.shrink_to_fit();
         }
+        exact.shrink_to_fit();
         RouteIndex {
             exact,
             prefixes,
+            names,
             version: table.version,
         }
     }
@@ -90,11 +101,7 @@ impl RouteIndex {
         let mut key = String::with_capacity(base.len() + 16);
         key.push_str("topic:");
         key.push_str(&base);
-        let cluster_of = |key: &str| {
-            self.exact
-                .get(key)
-                .and_then(|c| table.clusters.get(c.as_ref()))
-        };
+        let cluster_of = |key: &str| self.exact.get(key).and_then(|&n| self.cluster(table, n));
         if let Some(cluster) = cluster_of(&key) {
             return Ok(Some(Resolved {
                 cluster,
@@ -103,7 +110,9 @@ impl RouteIndex {
         }
         let split = base.len() - name.local.len();
         if let Some(group) = self.prefixes.get(&base[..split]) {
-            if let Some((part, cluster)) = longest_prefix(group, &name.local, table) {
+            if let Some((part, cluster)) =
+                longest_prefix(group, &name.local, |n| self.cluster(table, n))
+            {
                 return Ok(Some(Resolved {
                     cluster,
                     route: RouteKey::Prefix(format!("{}{part}", &base[..split])),
@@ -132,25 +141,34 @@ impl RouteIndex {
     }
 }
 
+impl RouteIndex {
+    /// Cluster number `n` in `table`.
+    fn cluster<'t>(&self, table: &'t RoutingTable, n: u32) -> Option<&'t crate::PulsarCluster> {
+        self.names
+            .get(n as usize)
+            .and_then(|name| table.clusters.get(name.as_ref()))
+    }
+}
+
 /// The longest entry of `group` (sorted) that starts `local` (at least one
 /// character long) and routes to a cluster `table` has, and that cluster.
 /// The walk of [`RoutingTable`]'s own search, on a sorted slice: the last
 /// entry at or before the candidate either starts it, or shares a shorter
 /// common start with it, which every entry starting the candidate shares.
 fn longest_prefix<'g, 't>(
-    group: &'g [(Box<str>, Box<str>)],
+    group: &'g [(Box<str>, u32)],
     local: &str,
-    table: &'t RoutingTable,
+    cluster: impl Fn(u32) -> Option<&'t crate::PulsarCluster>,
 ) -> Option<(&'g str, &'t crate::PulsarCluster)> {
     let mut candidate = local;
     while !candidate.is_empty() {
         let at = group.partition_point(|(p, _)| p.as_ref() <= candidate);
-        let (found, cluster) = group.get(at.checked_sub(1)?)?;
+        let (found, n) = group.get(at.checked_sub(1)?)?;
         let mut common = if candidate.starts_with(found.as_ref()) {
             if found.is_empty() {
                 return None;
             }
-            if let Some(c) = table.clusters.get(cluster.as_ref()) {
+            if let Some(c) = cluster(*n) {
                 return Some((found, c));
             }
             found.len() - 1
