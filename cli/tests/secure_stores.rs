@@ -11,8 +11,13 @@
 //! migration completes with 0 publish failures and 0 gaps; the nodes
 //! bkswitch created on ZooKeeper are closed to an anonymous client; a node
 //! given a wrong etcd password, or the wrong CA, exits with an error naming
-//! the store, and writes nothing; no log or output shows a password or a
-//! line of a private key.
+//! the store, and writes nothing; no log or output shows a password, a token
+//! or a line of a private key.
+//!
+//! The nodes' REST API is TLS too, with Pulsar-style JWTs (HS256, the admin
+//! a superuser role, node-to-node calls a role of their own): the migration
+//! is started and followed over HTTPS with the CLI, so every link of the run
+//! is encrypted and authenticated — REST, ZooKeeper, etcd.
 //!
 //! Needs the `etcd` feature.
 
@@ -34,6 +39,19 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 const ZK_PASSWORD: &str = "zk-digest-Pa55-7781";
 const ETCD_PASSWORD: &str = "etcd-user-Pa55-4412";
 const ROOT_PASSWORD: &str = "etcd-root-Pa55-0093";
+/// The HS256 key the nodes verify JWTs with.
+const HS_KEY: &[u8] = b"secure-stores-test-hs256-key-5566778899";
+
+/// The JWT of `role` (the same each call: it expires in 2100).
+fn jwt(role: &str) -> String {
+    let exp: u64 = 4_102_444_800;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({ "sub": role, "exp": exp }),
+        &jsonwebtoken::EncodingKey::from_secret(HS_KEY),
+    )
+    .unwrap()
+}
 
 /// A CA, a certificate it signed for 127.0.0.1 (server and client use),
 /// and a client certificate of another application.
@@ -241,6 +259,18 @@ fn no_secret(text: &str, pki: &Pki) {
     for secret in [ZK_PASSWORD, ETCD_PASSWORD, ROOT_PASSWORD] {
         assert!(!text.contains(secret), "a password was printed:\n{text}");
     }
+    let hs = String::from_utf8_lossy(HS_KEY);
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, HS_KEY);
+    assert!(
+        !text.contains(hs.as_ref()) && !text.contains(&b64),
+        "the JWT key was printed:\n{text}"
+    );
+    for role in ["admin", "broker"] {
+        // A token's signature is the part that must never show.
+        let token = jwt(role);
+        let signature = token.rsplit('.').next().unwrap();
+        assert!(!text.contains(signature), "a token was printed:\n{text}");
+    }
     for line in pki.key.lines().filter(|l| !l.starts_with("-----")) {
         assert!(!text.contains(line), "a key line was printed:\n{text}");
     }
@@ -261,6 +291,38 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
         cert: dir.path().join("etcd.pem"),
         key: dir.path().join("etcd-key.pem"),
     };
+    // The nodes' REST API over TLS (their certificate for 127.0.0.1) with
+    // JWTs; every helper of `procs` then speaks HTTPS.
+    let b64_key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, HS_KEY);
+    let conf = write(
+        dir.path(),
+        "node.conf",
+        &format!(
+            "tokenSecretKey=data:;base64,{b64_key}\n\
+             superUserRoles=admin\n\
+             bkswitchInternalRoles=broker\n\
+             tlsCertificateFilePath={}\n\
+             tlsKeyFilePath={}\n",
+            files.cert.display(),
+            files.key.display()
+        ),
+    );
+    let internal = write(
+        dir.path(),
+        "internal.token",
+        &format!("{}\n", jwt("broker")),
+    );
+    procs::use_https(procs::Https {
+        trust: files.ca.clone(),
+        admin_token: jwt("admin"),
+        serve_args: vec![
+            "--config".into(),
+            conf.display().to_string(),
+            "--internal-token-file".into(),
+            internal.display().to_string(),
+        ],
+    });
+
     // ZooKeeper speaking TLS on its secure port, client certificates required.
     let zk_server = tokio::task::block_in_place(|| {
         bkswitch_zk_harness::ZkServer::start_tls(bkswitch_zk_harness::ZkServerTls {
@@ -311,6 +373,13 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
         node(0, &zk, &files, dir.path()).await,
         node(1, &zk, &files, dir.path()).await,
     ];
+    assert!(nodes.iter().all(|p| p.url.starts_with("https://")));
+    // Plain HTTP to a node's TLS port is refused.
+    let (code, _, err) = procs::clusters(
+        &nodes[0].url.replacen("https://", "http://", 1),
+        &["list"],
+    );
+    assert_ne!(code, 0, "{err}");
     // What they created is closed to another application (its own client
     // certificate from the same CA, no digest credentials). (ZooKeeper
     // also authenticates a session by its certificate, so one with the

@@ -20,6 +20,48 @@ pub const PARTICIPANTS: &str = "/admin/metadata-migration/participants";
 /// (an async mutex: a failed test does not poison it).
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// How the processes of a test binary serve their REST API when it is not
+/// plain HTTP with static tokens: over TLS, with JWTs. Set once per test
+/// binary ([`use_https`]); every helper here then speaks HTTPS.
+pub struct Https {
+    /// The CA the CLI and the clients trust.
+    pub trust: PathBuf,
+    /// The admin's token (a JWT of a superuser role).
+    pub admin_token: String,
+    /// Flags every `serve` gets (`--config` with the TLS and token
+    /// settings, `--internal-token-file`).
+    pub serve_args: Vec<String>,
+}
+
+static HTTPS: std::sync::OnceLock<Https> = std::sync::OnceLock::new();
+
+/// Makes every process of this test binary serve over HTTPS with `https`.
+pub fn use_https(https: Https) {
+    assert!(HTTPS.set(https).is_ok(), "use_https is set once per binary");
+}
+
+/// The scheme processes serve on.
+fn scheme() -> &'static str {
+    if HTTPS.get().is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// An admin client of `url`, over TLS when [`use_https`] was called.
+pub fn admin_client(url: &str) -> AdminClient {
+    match HTTPS.get() {
+        Some(h) => AdminClient::with_tls(
+            url,
+            &h.admin_token,
+            Some(bkswitch_admin::tls::client_config(Some(&h.trust), None).expect("trust")),
+        )
+        .expect("client"),
+        None => AdminClient::new(url, ADMIN).expect("client"),
+    }
+}
+
 pub fn zk_url() -> String {
     bkswitch_zk_harness::require_zk();
     format!(
@@ -140,16 +182,33 @@ pub async fn launch_in(
         Some(cut) => cut.command(BIN),
         None => Command::new(BIN),
     };
+    cmd.args([command, "--listen", &format!("127.0.0.1:{port}")])
+        .args(args);
+    if let Some(h) = HTTPS.get() {
+        cmd.args(&h.serve_args)
+            .env_remove("BKSWITCH_ADMIN_TOKEN")
+            .env_remove("BKSWITCH_INTERNAL_TOKEN");
+    }
     let mut child = cmd
-        .args([command, "--listen", &format!("127.0.0.1:{port}")])
-        .args(args)
-        .env("BKSWITCH_ADMIN_TOKEN", admin)
-        .env("BKSWITCH_INTERNAL_TOKEN", internal)
+        .envs(
+            HTTPS
+                .get()
+                .is_none()
+                .then_some([
+                    ("BKSWITCH_ADMIN_TOKEN", admin),
+                    ("BKSWITCH_INTERNAL_TOKEN", internal),
+                ])
+                .into_iter()
+                .flatten(),
+        )
         .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
         .spawn()
         .expect("start bookie-switch");
-    let url = format!("http://127.0.0.1:{port}");
-    let client = AdminClient::new(&url, admin).expect("client");
+    let url = format!("{}://127.0.0.1:{port}", scheme());
+    let client = match HTTPS.get() {
+        Some(_) => admin_client(&url),
+        None => AdminClient::new(&url, admin).expect("client"),
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     while client.status().await.is_err() {
         if let Some(code) = child.try_wait().expect("wait") {
@@ -266,11 +325,15 @@ pub fn traffic(log: &str) -> (u64, u64, u64) {
 
 /// Runs `bookie-clusters` (the binary): exit code, stdout, stderr.
 pub fn clusters(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(CLI)
-        .args(["--url", url, "--token", ADMIN])
-        .args(args)
-        .output()
-        .expect("run bookie-clusters");
+    let mut cmd = Command::new(CLI);
+    match HTTPS.get() {
+        Some(h) => cmd
+            .args(["--url", url, "--tls-trust"])
+            .arg(&h.trust)
+            .env("BOOKIE_CLUSTERS_TOKEN", &h.admin_token),
+        None => cmd.args(["--url", url, "--token", ADMIN]),
+    };
+    let out = cmd.args(args).output().expect("run bookie-clusters");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -321,7 +384,7 @@ pub async fn until_ended(url: &str, nodes: &[Proc], secs: u64) -> Value {
 /// Waits until every node in `nodes` uses `store_url`, with writes open.
 pub async fn all_on(nodes: &[Proc], store_url: &str) {
     for p in nodes {
-        let admin = AdminClient::new(&p.url, ADMIN).unwrap();
+        let admin = admin_client(&p.url);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let doc = admin.migration_status().await.unwrap();
