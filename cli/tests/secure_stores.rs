@@ -375,10 +375,8 @@ async fn nodes_on_a_digest_zookeeper_move_to_an_etcd_with_tls_and_a_prefix_role(
     ];
     assert!(nodes.iter().all(|p| p.url.starts_with("https://")));
     // Plain HTTP to a node's TLS port is refused.
-    let (code, _, err) = procs::clusters(
-        &nodes[0].url.replacen("https://", "http://", 1),
-        &["list"],
-    );
+    let (code, _, err) =
+        procs::clusters(&nodes[0].url.replacen("https://", "http://", 1), &["list"]);
     assert_ne!(code, 0, "{err}");
     // What they created is closed to another application (its own client
     // certificate from the same CA, no digest credentials). (ZooKeeper

@@ -466,3 +466,42 @@ async fn store_of(metadata: &str) -> Arc<ZkStore> {
             .unwrap(),
     )
 }
+
+/// A node that cannot open its topic yet (one of its cluster's two bookies
+/// is down, its ledgers need two) keeps retrying; SIGTERM then stops it
+/// cleanly, exit 0, instead of killing it mid-retry (seed 3002 of the real
+/// nemesis: a node still recovering its cursor when it was stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_stopped_while_it_opens_its_topics_exits_cleanly() {
+    if !bkswitch_bk_harness::bk_available() {
+        bkswitch_bk_harness::require_bk();
+        eprintln!("skipped: Java or the BookKeeper jars are missing");
+        return;
+    }
+    let old = BkCluster::on_shared_zk(2);
+    old.stop(1);
+    old.wait_unregistered(1, Duration::from_secs(30));
+    let metadata = format!(
+        "zk://{}{}",
+        bkswitch_zk_harness::shared().connect_string(),
+        bkswitch_zk_harness::unique_chroot()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let node = spawn_with(
+        dir.path(),
+        0,
+        &metadata,
+        &old.metadata_service_uri(),
+        20,
+        &[],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log_of(&node).contains("retrying") {
+        assert!(Instant::now() < deadline, "no retry: {}", log_of(&node));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // `terminate` asserts a clean exit (status 0) within 30 s.
+    let log = terminate(node);
+    assert!(log.contains("stopped while opening topic"), "{log}");
+}

@@ -416,25 +416,35 @@ async fn idgen(a: IdgenArgs) -> ExitCode {
     }
 }
 
-/// Returns on Ctrl-C (SIGINT) or SIGTERM (what service managers send), so that
-/// the node stops cleanly either way: traffic summary, sessions closed.
-async fn wait_for_stop_signal() {
+/// A future that completes on Ctrl-C (SIGINT) or SIGTERM (what service
+/// managers send), so that the node stops cleanly either way: traffic
+/// summary, sessions closed. Both signals are watched from this call on
+/// (not from the first poll), so one that arrives while the node starts or
+/// opens its topics is not lost and does not kill the process.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("bookie-switch serve: cannot watch SIGTERM ({e}); stopping on Ctrl-C only");
-            if tokio::signal::ctrl_c().await.is_err() {
-                eprintln!("bookie-switch serve: cannot wait for Ctrl-C; stopping");
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-            return;
+            (term, int) => {
+                eprintln!(
+                    "bookie-switch serve: cannot watch SIGTERM or SIGINT ({:?}, {:?}); \
+                     stopping on the other only",
+                    term.as_ref().err(),
+                    int.as_ref().err()
+                );
+                if let Ok(mut s) = term.or(int) {
+                    s.recv().await;
+                }
+            }
         }
-    };
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => if r.is_err() {
-            eprintln!("bookie-switch serve: cannot wait for Ctrl-C; stopping");
-        },
-        _ = term.recv() => {}
     }
 }
 
@@ -607,6 +617,10 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
         migration.coordinator.ack_timeout = Duration::from_millis(ms);
     }
     let cfg = cfg.with_migration(migration);
+    // Watched from here on: a stop while the node starts or opens its
+    // topics stops it cleanly too.
+    let stop = stop_signal();
+    tokio::pin!(stop);
     let node = match Node::start(cfg).await {
         Ok(n) => n,
         Err(e) => {
@@ -624,7 +638,16 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     );
     let mut handles = Vec::new();
     for t in a.topics.iter().filter(|t| !t.is_empty()) {
-        match open_topic_retrying(&node, t, command).await {
+        let opened = tokio::select! {
+            r = open_topic_retrying(&node, t, command) => r,
+            () = &mut stop => {
+                eprintln!("bookie-switch {command}: stopped while opening topic '{t}'");
+                node.stop().await;
+                let _ = participant.close().await;
+                return ExitCode::SUCCESS;
+            }
+        };
+        match opened {
             Ok(h) => handles.push(h),
             Err(e) => {
                 eprintln!("bookie-switch {command}: cannot open topic '{t}': {e}");
@@ -645,7 +668,7 @@ async fn serve(a: ServeArgs, dedicated: bool) -> ExitCode {
     // manager to see.
     let mut fail_stopped = node.fail_stopped_watch();
     let failed = tokio::select! {
-        () = wait_for_stop_signal() => None,
+        () = &mut stop => None,
         r = fail_stopped.wait_for(|r| r.is_some()) => r.ok().and_then(|r| r.clone()),
     };
     if let Some(t) = traffic {
