@@ -34,7 +34,12 @@ const COMMENT: &str = "bkswitch-netcut";
 const PORTS_PER_RULE: usize = 15;
 
 /// A cgroup whose processes can be cut off a set of loopback ports, and
-/// healed, while they and their peers run. See the [module](self) docs.
+/// healed, while they and their peers run: processes started through
+/// [`NetCut::command`] join it before they `exec`; an `iptables` rule marks
+/// every connection they open; [`NetCut::cut`] drops or resets the marked
+/// connections' packets to or from the given ports, both directions.
+/// Needs root, `iptables` and a writable cgroup v2 hierarchy
+/// ([`NetCut::available`] says which is missing).
 #[derive(Debug)]
 pub struct NetCut {
     /// The cgroup's folder.
@@ -245,7 +250,9 @@ fn sweep_stale(root: &Path) {
                 .and_then(|i| words.get(i + 1).cloned())
         };
         if table == "mangle" {
-            let Some(path) = after("--path") else { continue };
+            let Some(path) = after("--path") else {
+                continue;
+            };
             if alive(&path) {
                 continue;
             }
