@@ -214,10 +214,8 @@ fn addr(url: &str) -> SocketAddr {
         .expect("host:port")
 }
 
-/// The table-size mode: bkswitch's proxy with `sizes` topic routes in
-/// turn, each size timed as the main mode times a target.
-fn table_sizes(sizes: &[usize]) {
-    SPREAD.store(1_000_000, std::sync::atomic::Ordering::Relaxed);
+/// The load's runtime and bkswitch's proxy's own, two threads each.
+fn runtimes() -> (tokio::runtime::Runtime, tokio::runtime::Runtime) {
     let load = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -229,6 +227,14 @@ fn table_sizes(sizes: &[usize]) {
         .enable_all()
         .build()
         .expect("proxy runtime");
+    (load, proxy_rt)
+}
+
+/// The table-size mode: bkswitch's proxy with `sizes` topic routes in
+/// turn, each size timed as the main mode times a target.
+fn table_sizes(sizes: &[usize]) {
+    SPREAD.store(1_000_000, std::sync::atomic::Ordering::Relaxed);
+    let (load, proxy_rt) = runtimes();
     let mut results: Vec<Vec<Figures>> = sizes.iter().map(|_| Vec::new()).collect();
     let proxies: Vec<LookupProxy> = sizes
         .iter()
@@ -295,17 +301,7 @@ fn main() {
         println!("skipped: the Pulsar classpaths are not installed (scripts/fetch-java-deps.sh)");
         return;
     }
-    let load = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("load runtime");
-    let proxy_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("bkswitch-proxy")
-        .enable_all()
-        .build()
-        .expect("proxy runtime");
+    let (load, proxy_rt) = runtimes();
     let broker = load
         .block_on(PulsarStandalone::start(StandaloneOptions::new("bench")))
         .expect("a standalone broker");

@@ -5,49 +5,11 @@
 //!
 //! `cargo run --release -p bkswitch-metadata-store --features zk --example zk_tls_cost [ops]`
 
-use std::time::{Duration, Instant};
+#[path = "shared/tls_cost.rs"]
+mod tls_cost;
 
-use bkswitch_metadata_store::{
-    ExpectedVersion, MetadataStore, Secret, ZkStore, ZkStoreOptions, ZkTls,
-};
+use bkswitch_metadata_store::{MetadataStore, Secret, ZkStore, ZkStoreOptions, ZkTls};
 use bkswitch_zk_harness::{ZkServer, ZkServerTls};
-use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p) as usize]
-}
-
-async fn measure(label: &str, store: &ZkStore, ops: usize) {
-    let value = vec![7u8; 64];
-    store
-        .put("/bench/a", &value, ExpectedVersion::Any)
-        .await
-        .expect("warm up");
-    for (name, is_put) in [("get", false), ("put", true)] {
-        let mut times = Vec::with_capacity(ops);
-        let start = Instant::now();
-        for _ in 0..ops {
-            let t = Instant::now();
-            if is_put {
-                store
-                    .put("/bench/a", &value, ExpectedVersion::Any)
-                    .await
-                    .expect("put");
-            } else {
-                store.get("/bench/a").await.expect("get");
-            }
-            times.push(t.elapsed());
-        }
-        let total = start.elapsed();
-        times.sort();
-        println!(
-            "{label:<6} {name}: mean {:>7.1} µs  p50 {:>7.1} µs  p99 {:>7.1} µs  ({ops} ops)",
-            total.as_secs_f64() * 1e6 / ops as f64,
-            percentile(&times, 0.5).as_secs_f64() * 1e6,
-            percentile(&times, 0.99).as_secs_f64() * 1e6,
-        );
-    }
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -55,17 +17,7 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2_000);
-    let ca_key = KeyPair::generate().expect("ca key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let key = KeyPair::generate().expect("key");
-    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca, &ca_key).expect("cert");
+    let (ca_pem, cert_pem, key_pem) = tls_cost::pki();
     let dir = tempfile::tempdir().expect("tempdir");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -76,9 +28,9 @@ async fn main() {
     let server = ZkServer::start_tls(ZkServerTls {
         key_store: write(
             "server.pem",
-            &format!("{}{}", key.serialize_pem(), cert.pem()),
+            &format!("{}{}", key_pem.clone(), cert_pem.clone()),
         ),
-        trust_store: write("ca.pem", &ca.pem()),
+        trust_store: write("ca.pem", &ca_pem.clone()),
         client_auth: true,
     });
     let plain = ZkStore::connect(
@@ -94,8 +46,8 @@ async fn main() {
         ),
         ZkStoreOptions {
             tls: Some(ZkTls {
-                ca_pem: ca.pem(),
-                client: Some((cert.pem(), Secret::new(key.serialize_pem()))),
+                ca_pem: ca_pem.clone(),
+                client: Some((cert_pem.clone(), Secret::new(key_pem.clone()))),
                 domain: None,
             }),
             ..ZkStoreOptions::default()
@@ -105,8 +57,8 @@ async fn main() {
     .expect("tls");
     // Twice, alternating, so that neither side only gets a cold start.
     for _ in 0..2 {
-        measure("plain", &plain, ops).await;
-        measure("tls", &secure, ops).await;
+        tls_cost::measure("plain", &plain, ops).await;
+        tls_cost::measure("tls", &secure, ops).await;
     }
     plain.close().await.expect("close");
     secure.close().await.expect("close");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::Result;
 use crate::names::{RouteKey, TopicName};
-use crate::table::{Resolved, RoutingTable, PREFIX};
+use crate::table::{longest_prefix_by, Resolved, RoutingTable, PREFIX};
 
 /// One namespace's prefix routes: (the prefix's part of the local name,
 /// cluster number), sorted by that part.
@@ -151,40 +151,18 @@ impl RouteIndex {
 }
 
 /// The longest entry of `group` (sorted) that starts `local` (at least one
-/// character long) and routes to a cluster `table` has, and that cluster.
-/// The walk of [`RoutingTable`]'s own search, on a sorted slice: the last
-/// entry at or before the candidate either starts it, or shares a shorter
-/// common start with it, which every entry starting the candidate shares.
+/// character long) and routes to a cluster `table` has, and that cluster:
+/// the table's own walk ([`longest_prefix_by`]) on a sorted slice.
 fn longest_prefix<'g, 't>(
     group: &'g [(Box<str>, u32)],
     local: &str,
     cluster: impl Fn(u32) -> Option<&'t crate::PulsarCluster>,
 ) -> Option<(&'g str, &'t crate::PulsarCluster)> {
-    let mut candidate = local;
-    while !candidate.is_empty() {
+    longest_prefix_by(local, 1, |candidate| {
         let at = group.partition_point(|(p, _)| p.as_ref() <= candidate);
         let (found, n) = group.get(at.checked_sub(1)?)?;
-        let mut common = if candidate.starts_with(found.as_ref()) {
-            if found.is_empty() {
-                return None;
-            }
-            if let Some(c) = cluster(*n) {
-                return Some((found, c));
-            }
-            found.len() - 1
-        } else {
-            found
-                .bytes()
-                .zip(candidate.bytes())
-                .take_while(|(a, b)| a == b)
-                .count()
-        };
-        while !candidate.is_char_boundary(common) {
-            common -= 1;
-        }
-        candidate = &candidate[..common];
-    }
-    None
+        Some((found.as_ref(), cluster(*n)))
+    })
 }
 
 #[cfg(test)]

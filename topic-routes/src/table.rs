@@ -266,47 +266,15 @@ impl RoutingTable {
     }
 
     /// The longest route key that starts `key` and is at least `shortest`
-    /// bytes long, and its cluster.
-    ///
-    /// Every key that starts `candidate` sorts at or before it, so the last
-    /// key at or before `candidate` is tried first. When it does not start
-    /// `candidate`, it differs from it at some byte `d` with a smaller byte
-    /// (or `candidate` is longer at `d`); a key that started `candidate` and
-    /// was longer than `d` would then sort after it and still at or before
-    /// `candidate`, which the last such key excludes. So every key that starts
-    /// `candidate` starts `candidate[..d]`: try that next.
+    /// bytes long, and its cluster ([`longest_prefix_by`] on the sorted
+    /// routes).
     fn longest_prefix(&self, key: &str, shortest: usize) -> Option<(&str, &PulsarCluster)> {
-        let mut candidate = key;
-        while candidate.len() >= shortest {
-            let (found, cluster) = self
-                .routes
+        longest_prefix_by(key, shortest, |candidate| {
+            self.routes
                 .range::<str, _>((Bound::Unbounded, Bound::Included(candidate)))
-                .next_back()?;
-            let mut common = if candidate.starts_with(found.as_str()) {
-                // The longest key that starts `candidate`: if it is too
-                // short, so is every other.
-                if found.len() < shortest {
-                    return None;
-                }
-                if let Some(c) = self.clusters.get(cluster) {
-                    return Some((found, c));
-                }
-                // A route to an unregistered cluster (a table not checked)
-                // is passed over: look for a shorter one.
-                found.len() - 1
-            } else {
-                found
-                    .bytes()
-                    .zip(candidate.bytes())
-                    .take_while(|(a, b)| a == b)
-                    .count()
-            };
-            while !candidate.is_char_boundary(common) {
-                common -= 1;
-            }
-            candidate = &candidate[..common];
-        }
-        None
+                .next_back()
+                .map(|(found, cluster)| (found.as_str(), self.clusters.get(cluster)))
+        })
     }
 
     /// Where a namespace (`tenant/namespace`) goes as a whole: its
@@ -363,6 +331,52 @@ impl RoutingTable {
             .filter_map(|n| self.clusters.get(n))
             .collect())
     }
+}
+
+/// The longest key that starts `key`, at least `shortest` bytes long, with
+/// a cluster, searched in a sorted set of keys through `last`: the last key
+/// at or before a candidate, with its cluster (`None`: a route to an
+/// unregistered cluster, passed over).
+///
+/// Every key that starts `candidate` sorts at or before it, so the last key
+/// at or before `candidate` is tried first. When it does not start
+/// `candidate`, it differs from it at some byte `d` with a smaller byte (or
+/// `candidate` is longer at `d`); a key that started `candidate` and was
+/// longer than `d` would then sort after it and still at or before
+/// `candidate`, which the last such key excludes. So every key that starts
+/// `candidate` starts `candidate[..d]`: try that next.
+pub(crate) fn longest_prefix_by<'k, C>(
+    key: &str,
+    shortest: usize,
+    mut last: impl FnMut(&str) -> Option<(&'k str, Option<C>)>,
+) -> Option<(&'k str, C)> {
+    let mut candidate = key;
+    while candidate.len() >= shortest {
+        let (found, cluster) = last(candidate)?;
+        let mut common = if candidate.starts_with(found) {
+            // The longest key that starts `candidate`: if it is too short,
+            // so is every other.
+            if found.len() < shortest {
+                return None;
+            }
+            if let Some(c) = cluster {
+                return Some((found, c));
+            }
+            // Unregistered: look for a shorter one.
+            found.len() - 1
+        } else {
+            found
+                .bytes()
+                .zip(candidate.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        while !candidate.is_char_boundary(common) {
+            common -= 1;
+        }
+        candidate = &candidate[..common];
+    }
+    None
 }
 
 #[cfg(test)]
