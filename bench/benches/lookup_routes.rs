@@ -121,12 +121,13 @@ fn main() {
         &[100, 10_000, 1_000_000]
     };
     println!(
-        "{:>9} {:>11} {:>11} {:>7} {:>11} {:>18} {:>18} {:>18}",
+        "{:>9} {:>11} {:>11} {:>7} {:>11} {:>10} {:>18} {:>18} {:>18}",
         "routes",
         "table B/rt",
         "index B/rt",
         "nodes",
         "largest B",
+        "reload ms",
         "topic ns tbl/idx",
         "prefix ns tbl/idx",
         "fallback ns tbl/idx"
@@ -141,7 +142,7 @@ fn main() {
         let before = CURRENT.load(Ordering::Relaxed);
         let index = RouteIndex::new(&t);
         let index_bytes = CURRENT.load(Ordering::Relaxed).saturating_sub(before);
-        let (nodes, largest) = runtime.block_on(stored(&t));
+        let (nodes, largest, reload_ms) = runtime.block_on(stored(&t));
         let topic_routes = n - n / 100 - (n / 100).min(NAMESPACES / 2);
         let hits: Vec<String> = draws(topic_routes).take(PER_ROUND).map(topic).collect();
         let prefixed: Vec<String> = draws((n / 100).max(1))
@@ -176,7 +177,7 @@ fn main() {
             )
         };
         println!(
-            "{n:>9} {:>11.0} {:>11.0} {nodes:>7} {largest:>11} {:>18} {:>18} {:>18}",
+            "{n:>9} {:>11.0} {:>11.0} {nodes:>7} {largest:>11} {reload_ms:>10.1} {:>18} {:>18} {:>18}",
             bytes as f64 / n as f64,
             index_bytes as f64 / n as f64,
             both(&hits),
@@ -189,8 +190,9 @@ fn main() {
 }
 
 /// `t` written through `TopicRoutes` (default layout) to an in-memory
-/// store, read back; the nodes it takes and the largest one's bytes.
-async fn stored(t: &RoutingTable) -> (usize, usize) {
+/// store, read back; the nodes it takes, the largest one's bytes, and the
+/// milliseconds a proxy's reload takes (read the whole table, index it).
+async fn stored(t: &RoutingTable) -> (usize, usize, f64) {
     let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
     let routes = TopicRoutes::new(Arc::clone(&store));
     let mut changes: Vec<Change> = t
@@ -204,7 +206,13 @@ async fn stored(t: &RoutingTable) -> (usize, usize) {
             .map(|(k, c)| Change::SetRoute(k.parse().expect("a stored route parses"), c.clone())),
     );
     routes.apply(&changes).await.expect("written");
-    assert_eq!(routes.table().await.expect("read").routes, t.routes);
+    // What a proxy does on every change: read the table, index it.
+    let started = Instant::now();
+    let read = routes.table().await.expect("read");
+    let index = RouteIndex::new(&read);
+    let reload = started.elapsed();
+    black_box(&index);
+    assert_eq!(read.routes, t.routes);
     let mut sizes = vec![store
         .get(&routes.table_path())
         .await
@@ -216,5 +224,9 @@ async fn stored(t: &RoutingTable) -> (usize, usize) {
         let node = format!("{}/{c}", routes.shards_path());
         sizes.push(store.get(&node).await.unwrap().unwrap().value.len());
     }
-    (sizes.len(), sizes.into_iter().max().unwrap_or(0))
+    (
+        sizes.len(),
+        sizes.into_iter().max().unwrap_or(0),
+        reload.as_secs_f64() * 1e3,
+    )
 }
