@@ -595,3 +595,69 @@ async fn schema_lookups_over_http_redirect_with_and_without_a_version() {
     }
     w.proxy.stop().await;
 }
+
+/// A table large enough to be sharded in the store: the proxy reads it whole,
+/// answers from its index (topic, prefix and namespace routes), and follows
+/// a change that rewrites one shard.
+#[tokio::test]
+async fn a_sharded_table_is_served_and_followed() {
+    use bkswitch_topic_routes::{Change, Layout, RouteKey};
+    let w = world(ProxyConfig::new("p1")).await;
+    let routes = w.routes.clone().with_layout(Layout {
+        inline_limit: 2_000,
+        shards: 8,
+    });
+    let mut changes: Vec<Change> = (0..300)
+        .map(|i| {
+            Change::SetRoute(
+                RouteKey::Topic(format!("persistent://t/ns/big-{i:04}")),
+                "b".into(),
+            )
+        })
+        .collect();
+    changes.push(Change::SetRoute(
+        RouteKey::Prefix("persistent://t/ns/pre-".into()),
+        "b".into(),
+    ));
+    let table = routes.apply(&changes).await.unwrap();
+    w.routes
+        .wait_acknowledged(table.version, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        !w.root
+            .children(&routes.shards_path())
+            .await
+            .unwrap()
+            .is_empty(),
+        "the table is not sharded"
+    );
+    let mut c = Client::connect(w.proxy.binary_addr().unwrap()).await;
+    c.handshake(21).await;
+    for (topic, to) in [
+        ("persistent://t/ns/big-0123", &w.b.url),
+        ("persistent://t/ns/big-0299-partition-1", &w.b.url),
+        ("persistent://t/ns/pre-anything", &w.b.url),
+        ("persistent://t/ns/other", &w.a.url),
+    ] {
+        assert_eq!(
+            &redirect_of(&lookup(&mut c, topic, 1).await).0,
+            to,
+            "{topic}"
+        );
+    }
+    // One route back to `a`: one shard rewritten, followed.
+    let table = routes
+        .set_route("topic:persistent://t/ns/big-0123", "a")
+        .await
+        .unwrap();
+    w.routes
+        .wait_acknowledged(table.version, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        redirect_of(&lookup(&mut c, "persistent://t/ns/big-0123", 2).await).0,
+        w.a.url
+    );
+    w.proxy.stop().await;
+}
