@@ -260,11 +260,7 @@ impl TopicRoutes {
         // The routes' JSON is at least their bytes plus six per route
         // (four quotes, a colon, a comma): a table plainly past the
         // limit is not encoded whole only to be measured.
-        let at_least: usize = next
-            .routes
-            .iter()
-            .map(|(k, c)| k.len() + c.len() + 6)
-            .sum();
+        let at_least: usize = next.routes.iter().map(|(k, c)| k.len() + c.len() + 6).sum();
         if at_least <= self.layout.inline_limit {
             let whole = Head::inline(next);
             if encode(&self.table_path(), &whole)?.len() <= self.layout.inline_limit {
