@@ -95,6 +95,29 @@ async fn a_topic_moves_its_clients_and_comes_back_on_rollback() {
     assert_eq!(table.routes[&format!("namespace:{NS}")], "a");
 }
 
+/// The side the clients left shows no replicator (its topic just loaded
+/// again after the unload): what it did not send before the unload is still
+/// to send, so the batch is not settled, and fails at the settle timeout.
+#[tokio::test]
+async fn a_batch_does_not_settle_while_no_replicator_runs_where_the_clients_left() {
+    let w = World::new(&["t1"]).await;
+    // Once unloaded on `a`, the stats read that loads the topic again there
+    // shows no replicator yet.
+    w.model
+        .lock()
+        .no_replicator
+        .insert(("a".into(), topic("t1")));
+    let s = switcher(&w, "c1", Arc::new(w.store.clone()));
+    s.start("m1", one(&format!("topic:{}", topic("t1"))), quick())
+        .await
+        .unwrap();
+    let rec = s.run().await.unwrap();
+    let b = &rec.batches[0];
+    let error = b.error.as_deref().unwrap_or_default();
+    assert!(error.contains("no replicator from a to b"), "{rec:#?}");
+    assert_ne!(b.phase, Phase::Done, "{rec:#?}");
+}
+
 #[tokio::test]
 async fn a_move_that_could_lose_messages_is_refused_with_nothing_written() {
     let w = World::new(&["t1", "t2", "t3"]).await;

@@ -116,13 +116,23 @@ impl TopicSwitcher {
                 let stats = self.admin_of(&src).await?.stats(topic, m.partitions).await;
                 match stats {
                     Ok(Some(s)) => {
-                        if let Some(r) = s.replication.get(&dst) {
-                            if r.backlog > 0 {
-                                left.push(format!(
-                                    "{topic}: {} messages to replicate from {src} to {dst}",
-                                    r.backlog
-                                ));
-                            }
+                        // Drained means a replicator that runs and has
+                        // nothing left: a topic just loaded again on the
+                        // side its clients left (the unload closed it) has
+                        // no replicator yet, and what it did not send before
+                        // the unload is still there to send.
+                        match s.replication.get(&dst) {
+                            Some(r) if r.connected && r.backlog == 0 => {}
+                            Some(r) if r.backlog > 0 => left.push(format!(
+                                "{topic}: {} messages to replicate from {src} to {dst}",
+                                r.backlog
+                            )),
+                            Some(_) => left.push(format!(
+                                "{topic}: the replicator from {src} to {dst} is not connected"
+                            )),
+                            None => left.push(format!(
+                                "{topic}: no replicator from {src} to {dst} is running yet"
+                            )),
                         }
                         let arrived = self.admin_of(&dst).await?.stats(topic, m.partitions).await;
                         seen.insert(
@@ -130,7 +140,7 @@ impl TopicSwitcher {
                             serde_json::json!({ "left": s, "arrived": arrived.ok().flatten() }),
                         );
                     }
-                    Ok(None) => {}
+                    Ok(None) => left.push(format!("{topic}: not found on {src}")),
                     Err(e) => left.push(e.to_string()),
                 }
             }

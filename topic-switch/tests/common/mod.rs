@@ -39,6 +39,9 @@ pub struct Model {
     pub subscriptions: HashMap<(String, String), BTreeMap<String, bool>>,
     /// (cluster, topic) → replication backlog to the other cluster.
     pub backlog: HashMap<(String, String), u64>,
+    /// (cluster, topic) whose stats show no replicator once it was unloaded
+    /// there (the topic loaded again, its replicators not started yet).
+    pub no_replicator: std::collections::HashSet<(String, String)>,
     pub clients: HashMap<String, Clients>,
     pub unloads: Vec<(String, String)>,
     pub down: Vec<String>,
@@ -214,13 +217,17 @@ impl PulsarAdmin for Admin {
                     )
                 })
                 .collect(),
-            replication: BTreeMap::from([(
-                other,
-                ReplicationStats {
-                    backlog: m.backlog.get(&key).copied().unwrap_or(0),
-                    connected: true,
-                },
-            )]),
+            replication: if m.no_replicator.contains(&key) && m.unloads.contains(&key) {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([(
+                    other,
+                    ReplicationStats {
+                        backlog: m.backlog.get(&key).copied().unwrap_or(0),
+                        connected: true,
+                    },
+                )])
+            },
         }))
     }
 
