@@ -13,17 +13,10 @@ use bkswitch_zk_harness::{ZkServer, ZkServerTls};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let ops: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2_000);
+    let ops = tls_cost::ops();
     let (ca_pem, cert_pem, key_pem) = tls_cost::pki();
     let dir = tempfile::tempdir().expect("tempdir");
-    let write = |name: &str, text: &str| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("write");
-        path
-    };
+    let write = |name: &str, text: &str| tls_cost::write(dir.path(), name, text);
     // One server, both ports: the difference is the link alone.
     let server = ZkServer::start_tls(ZkServerTls {
         key_store: write(

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::Result;
 use crate::names::{RouteKey, TopicName};
-use crate::table::{longest_prefix_by, Resolved, RoutingTable, PREFIX};
+use crate::table::{fallback, longest_prefix_by, Resolved, RoutingTable, PREFIX};
 
 /// One namespace's prefix routes: (the prefix's part of the local name,
 /// cluster number), sorted by that part.
@@ -119,25 +119,7 @@ impl RouteIndex {
                 }));
             }
         }
-        let namespace = [name.tenant.as_str(), "/", name.namespace.as_str()];
-        for (prefix, selector) in [("namespace:", &namespace[..]), ("tenant:", &namespace[..1])] {
-            key.clear();
-            key.push_str(prefix);
-            selector.iter().for_each(|part| key.push_str(part));
-            if let Some(cluster) = cluster_of(&key) {
-                let selector = selector.concat();
-                let route = if prefix == "tenant:" {
-                    RouteKey::Tenant(selector)
-                } else {
-                    RouteKey::Namespace(selector)
-                };
-                return Ok(Some(Resolved { cluster, route }));
-            }
-        }
-        Ok(cluster_of("default").map(|cluster| Resolved {
-            cluster,
-            route: RouteKey::Default,
-        }))
+        Ok(fallback(&name, &mut key, cluster_of))
     }
 }
 

@@ -239,25 +239,7 @@ impl RoutingTable {
                 route: RouteKey::Prefix(route[PREFIX.len()..].to_owned()),
             }));
         }
-        let namespace = [name.tenant.as_str(), "/", name.namespace.as_str()];
-        for (prefix, selector) in [("namespace:", &namespace[..]), ("tenant:", &namespace[..1])] {
-            key.clear();
-            key.push_str(prefix);
-            selector.iter().for_each(|part| key.push_str(part));
-            if let Some(cluster) = self.cluster_of(&key) {
-                let selector = selector.concat();
-                let route = if prefix == "tenant:" {
-                    RouteKey::Tenant(selector)
-                } else {
-                    RouteKey::Namespace(selector)
-                };
-                return Ok(Some(Resolved { cluster, route }));
-            }
-        }
-        Ok(self.cluster_of("default").map(|cluster| Resolved {
-            cluster,
-            route: RouteKey::Default,
-        }))
+        Ok(fallback(&name, &mut key, |k| self.cluster_of(k)))
     }
 
     /// The registered cluster of the route stored under `key`.
@@ -331,6 +313,35 @@ impl RoutingTable {
             .filter_map(|n| self.clusters.get(n))
             .collect())
     }
+}
+
+/// The namespace route of `name`, else its tenant's, else the default, with
+/// `cluster_of` looking a route key up (`key` is a reused buffer): the end
+/// of every resolve, after topic and prefix routes.
+pub(crate) fn fallback<'t>(
+    name: &TopicName,
+    key: &mut String,
+    cluster_of: impl Fn(&str) -> Option<&'t PulsarCluster>,
+) -> Option<Resolved<'t>> {
+    let namespace = [name.tenant.as_str(), "/", name.namespace.as_str()];
+    for (prefix, selector) in [("namespace:", &namespace[..]), ("tenant:", &namespace[..1])] {
+        key.clear();
+        key.push_str(prefix);
+        selector.iter().for_each(|part| key.push_str(part));
+        if let Some(cluster) = cluster_of(key) {
+            let selector = selector.concat();
+            let route = if prefix == "tenant:" {
+                RouteKey::Tenant(selector)
+            } else {
+                RouteKey::Namespace(selector)
+            };
+            return Some(Resolved { cluster, route });
+        }
+    }
+    cluster_of("default").map(|cluster| Resolved {
+        cluster,
+        route: RouteKey::Default,
+    })
 }
 
 /// The longest key that starts `key`, at least `shortest` bytes long, with

@@ -5,6 +5,21 @@ use std::time::{Duration, Instant};
 use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
 use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
+/// The number of operations per loop: the first argument, else 2,000.
+pub(crate) fn ops() -> usize {
+    std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2_000)
+}
+
+/// Writes `text` to `name` in `dir`; its path.
+pub(crate) fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
 /// A CA and a certificate it signed for `127.0.0.1`, for server and client
 /// use: `(ca_pem, cert_pem, key_pem)`.
 pub(crate) fn pki() -> (String, String, String) {
