@@ -7,6 +7,7 @@ mod fence;
 mod location;
 mod opener;
 mod participant;
+mod reads;
 mod record;
 mod start;
 mod sync;

@@ -130,7 +130,7 @@ impl fmt::Debug for MigratingStore {
     }
 }
 
-fn paused_error(op: Operation, path: &str, reason: &str) -> MetadataError {
+pub(crate) fn paused_error(op: Operation, path: &str, reason: &str) -> MetadataError {
     MetadataError::WritesPaused {
         op,
         path: path.to_owned(),
@@ -620,30 +620,6 @@ impl MigratingStore {
     ) -> Result<Option<tokio::sync::RwLockReadGuard<'_, ()>>> {
         self.enter_gate_as(op, path, false).await
     }
-
-    /// Runs a read on the store in use. A read that began on the source just
-    /// before a flip and met it closed (the participant closes the source once
-    /// it moved) is read again on the target: the flip is not the caller's
-    /// failure. Writes are never repeated this way.
-    async fn read_current<T, F, Fut>(&self, read: F) -> Result<T>
-    where
-        F: Fn(Arc<dyn MetadataStore>) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        loop {
-            let store = self.current();
-            match read(store.clone()).await {
-                Err(e)
-                    if e.kind() == ErrorKind::Closed
-                        && !self.inner.closed.load(Ordering::Acquire)
-                        && !Arc::ptr_eq(&store, &self.current()) =>
-                {
-                    continue
-                }
-                r => return r,
-            }
-        }
-    }
 }
 
 /// The participant decorates the store in use as a [`Layer`]: reads go to
@@ -662,7 +638,7 @@ impl Layer for MigratingStore {
         match call {
             Call::Get { .. } | Call::Exists { .. } | Call::Children { .. } => {
                 self.check_open(op, path)?;
-                self.read_current(|s| async move { call.run(s.as_ref()).await })
+                self.read(op, path, |s| async move { call.run(s.as_ref()).await })
                     .await
             }
             Call::Watch { .. } => {

@@ -272,6 +272,54 @@ impl Recorder {
         }
     }
 
+    /// A history read back from the text [`check`](Self::check) reports
+    /// (one `t<thread> invoke <op>` / `return <answer>` / `unknown` per
+    /// line; a first line that is not an event is skipped): a kept history
+    /// is checked again as it was recorded.
+    ///
+    /// # Errors
+    ///
+    /// The line that is not an event of a history.
+    pub fn replay(text: &str) -> Result<Recorder, String> {
+        let r = Recorder::new();
+        {
+            let mut i = r.inner.lock();
+            for (n, line) in text.lines().enumerate() {
+                let bad = || format!("line {}: not an event of a history: {line:?}", n + 1);
+                let Some((thread, event)) = line.strip_prefix('t').and_then(|l| l.split_once(' '))
+                else {
+                    if n == 0 {
+                        continue;
+                    }
+                    return Err(bad());
+                };
+                let thread: usize = thread.parse().map_err(|_| bad())?;
+                i.log.push(line.to_owned());
+                i.next_thread = i.next_thread.max(thread);
+                if let Some(op) = event.strip_prefix("invoke ") {
+                    i.calls += 1;
+                    let op = parse_op(op).ok_or_else(bad)?;
+                    i.tester
+                        .on_invoke(thread, op)
+                        .map_err(|e| format!("{}: {e}", bad()))?;
+                } else if let Some(ret) = event.strip_prefix("return ") {
+                    let ret = parse_ret(ret).ok_or_else(bad)?;
+                    if ret == Ret::NoEffect {
+                        i.no_effect += 1;
+                    }
+                    i.tester
+                        .on_return(thread, ret)
+                        .map_err(|e| format!("{}: {e}", bad()))?;
+                } else if event == "unknown" {
+                    i.unknown += 1;
+                } else {
+                    return Err(bad());
+                }
+            }
+        }
+        Ok(r)
+    }
+
     /// Checks the history: its figures, or the history as recorded.
     ///
     /// # Errors
@@ -388,4 +436,54 @@ mod tests {
         lost.on_return(2, Ret::Got(None)).unwrap();
         assert!(!lost.is_consistent());
     }
+}
+
+/// `Get(0)`, `Put(1, 40, Version(2))`, `Delete(0, Any)`: an [`Op`] as its
+/// `Debug` form writes it.
+fn parse_op(s: &str) -> Option<Op> {
+    let (name, args) = s.strip_suffix(')')?.split_once('(')?;
+    let mut parts = args.splitn(3, ", ");
+    let key: usize = parts.next()?.parse().ok().filter(|k| *k < KEYS)?;
+    match name {
+        "Get" => Some(Op::Get(key)),
+        "Put" => {
+            let value = parts.next()?.parse().ok()?;
+            Some(Op::Put(key, value, parse_cond(parts.next()?)?))
+        }
+        "Delete" => Some(Op::Delete(key, parse_cond(parts.next()?)?)),
+        _ => None,
+    }
+}
+
+fn parse_cond(s: &str) -> Option<Cond> {
+    match s {
+        "Any" => Some(Cond::Any),
+        "Absent" => Some(Cond::Absent),
+        _ => s
+            .strip_prefix("Version(")?
+            .strip_suffix(')')?
+            .parse()
+            .ok()
+            .map(Cond::Version),
+    }
+}
+
+/// `Got(Some((3, 0)))`, `Written(1)`, `Deleted`, `Mismatch`, `NoEffect`: a
+/// [`Ret`] as its `Debug` form writes it.
+fn parse_ret(s: &str) -> Option<Ret> {
+    match s {
+        "Deleted" => return Some(Ret::Deleted),
+        "Mismatch" => return Some(Ret::Mismatch),
+        "NoEffect" => return Some(Ret::NoEffect),
+        "Got(None)" => return Some(Ret::Got(None)),
+        _ => {}
+    }
+    if let Some(v) = s.strip_prefix("Written(") {
+        return v.strip_suffix(')')?.parse().ok().map(Ret::Written);
+    }
+    let (value, version) = s
+        .strip_prefix("Got(Some((")?
+        .strip_suffix(")))")?
+        .split_once(", ")?;
+    Some(Ret::Got(Some((value.parse().ok()?, version.parse().ok()?))))
 }
