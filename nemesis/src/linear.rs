@@ -392,52 +392,6 @@ pub async fn client(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_model_is_a_versioned_tree() {
-        let mut t = Tree::default();
-        assert_eq!(t.invoke(&Op::Put(0, 1, Cond::Version(0))), Ret::Mismatch);
-        assert_eq!(t.invoke(&Op::Put(0, 1, Cond::Absent)), Ret::Written(0));
-        assert_eq!(t.invoke(&Op::Put(0, 2, Cond::Absent)), Ret::Mismatch);
-        assert_eq!(t.invoke(&Op::Put(0, 2, Cond::Version(0))), Ret::Written(1));
-        assert_eq!(t.invoke(&Op::Get(0)), Ret::Got(Some((2, 1))));
-        assert_eq!(t.invoke(&Op::Delete(0, Cond::Version(0))), Ret::Mismatch);
-        assert_eq!(t.invoke(&Op::Delete(0, Cond::Any)), Ret::Deleted);
-        assert_eq!(t.invoke(&Op::Delete(0, Cond::Any)), Ret::Mismatch);
-        assert_eq!(t.invoke(&Op::Put(0, 3, Cond::Any)), Ret::Written(0));
-    }
-
-    #[test]
-    fn a_stale_read_is_not_linearizable_and_an_unknown_write_may_land() {
-        // t1 writes and returns; then t2 reads the old (absent) value.
-        let mut stale = LinearizabilityTester::new(Tree::default());
-        stale.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
-        stale.on_return(1, Ret::Written(0)).unwrap();
-        stale.on_invoke(2, Op::Get(0)).unwrap();
-        stale.on_return(2, Ret::Got(None)).unwrap();
-        assert!(!stale.is_consistent());
-        // An unknown write (never returns) may be seen, or not.
-        for seen in [Some((7, 0)), None] {
-            let mut t = LinearizabilityTester::new(Tree::default());
-            t.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
-            t.on_invoke(2, Op::Get(0)).unwrap();
-            t.on_return(2, Ret::Got(seen)).unwrap();
-            assert!(t.is_consistent(), "{seen:?}");
-        }
-        // A lost acknowledged write is caught even after an unknown one.
-        let mut lost = LinearizabilityTester::new(Tree::default());
-        lost.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
-        lost.on_return(1, Ret::Written(0)).unwrap();
-        lost.on_invoke(3, Op::Put(1, 9, Cond::Any)).unwrap();
-        lost.on_invoke(2, Op::Get(0)).unwrap();
-        lost.on_return(2, Ret::Got(None)).unwrap();
-        assert!(!lost.is_consistent());
-    }
-}
-
 /// `Get(0)`, `Put(1, 40, Version(2))`, `Delete(0, Any)`: an [`Op`] as its
 /// `Debug` form writes it.
 fn parse_op(s: &str) -> Option<Op> {
@@ -486,4 +440,50 @@ fn parse_ret(s: &str) -> Option<Ret> {
         .strip_suffix(")))")?
         .split_once(", ")?;
     Some(Ret::Got(Some((value.parse().ok()?, version.parse().ok()?))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_is_a_versioned_tree() {
+        let mut t = Tree::default();
+        assert_eq!(t.invoke(&Op::Put(0, 1, Cond::Version(0))), Ret::Mismatch);
+        assert_eq!(t.invoke(&Op::Put(0, 1, Cond::Absent)), Ret::Written(0));
+        assert_eq!(t.invoke(&Op::Put(0, 2, Cond::Absent)), Ret::Mismatch);
+        assert_eq!(t.invoke(&Op::Put(0, 2, Cond::Version(0))), Ret::Written(1));
+        assert_eq!(t.invoke(&Op::Get(0)), Ret::Got(Some((2, 1))));
+        assert_eq!(t.invoke(&Op::Delete(0, Cond::Version(0))), Ret::Mismatch);
+        assert_eq!(t.invoke(&Op::Delete(0, Cond::Any)), Ret::Deleted);
+        assert_eq!(t.invoke(&Op::Delete(0, Cond::Any)), Ret::Mismatch);
+        assert_eq!(t.invoke(&Op::Put(0, 3, Cond::Any)), Ret::Written(0));
+    }
+
+    #[test]
+    fn a_stale_read_is_not_linearizable_and_an_unknown_write_may_land() {
+        // t1 writes and returns; then t2 reads the old (absent) value.
+        let mut stale = LinearizabilityTester::new(Tree::default());
+        stale.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
+        stale.on_return(1, Ret::Written(0)).unwrap();
+        stale.on_invoke(2, Op::Get(0)).unwrap();
+        stale.on_return(2, Ret::Got(None)).unwrap();
+        assert!(!stale.is_consistent());
+        // An unknown write (never returns) may be seen, or not.
+        for seen in [Some((7, 0)), None] {
+            let mut t = LinearizabilityTester::new(Tree::default());
+            t.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
+            t.on_invoke(2, Op::Get(0)).unwrap();
+            t.on_return(2, Ret::Got(seen)).unwrap();
+            assert!(t.is_consistent(), "{seen:?}");
+        }
+        // A lost acknowledged write is caught even after an unknown one.
+        let mut lost = LinearizabilityTester::new(Tree::default());
+        lost.on_invoke(1, Op::Put(0, 7, Cond::Any)).unwrap();
+        lost.on_return(1, Ret::Written(0)).unwrap();
+        lost.on_invoke(3, Op::Put(1, 9, Cond::Any)).unwrap();
+        lost.on_invoke(2, Op::Get(0)).unwrap();
+        lost.on_return(2, Ret::Got(None)).unwrap();
+        assert!(!lost.is_consistent());
+    }
 }
