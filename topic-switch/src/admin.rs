@@ -87,6 +87,62 @@ impl TopicStats {
     }
 }
 
+/// One ledger of a topic's managed ledger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntries {
+    /// The ledger id (numbered by the cluster's BookKeeper: two clusters
+    /// number theirs independently, so the same id names different data).
+    pub id: u64,
+    /// Entries written in it.
+    pub entries: u64,
+}
+
+/// The ledgers and cursors of one managed ledger (a topic, or one partition
+/// of it), from Pulsar's internal stats: what decides whether the message
+/// ids of two clusters can be told apart by a client.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedLedgerIds {
+    /// Its ledgers, oldest first; the last is the one written now.
+    pub ledgers: Vec<LedgerEntries>,
+    /// Each subscription's mark-delete position (ledger, entry), replicator
+    /// cursors excluded.
+    pub cursors: BTreeMap<String, (u64, i64)>,
+}
+
+/// Reads Pulsar's `PersistentTopicInternalStats` JSON.
+pub fn parse_internal_stats(v: &Value) -> ManagedLedgerIds {
+    let mut ledgers: Vec<LedgerEntries> = v
+        .get("ledgers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            Some(LedgerEntries {
+                id: l.get("ledgerId")?.as_u64()?,
+                entries: u64_of(l, "entries"),
+            })
+        })
+        .collect();
+    // The ledger written now reports its entries apart.
+    if let Some(last) = ledgers.last_mut() {
+        last.entries = last.entries.max(u64_of(v, "currentLedgerEntries"));
+    }
+    let cursors = v
+        .get("cursors")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| !name.starts_with("pulsar.repl."))
+        .filter_map(|(name, c)| {
+            let (l, e) = c.get("markDeletePosition")?.as_str()?.split_once(':')?;
+            Some((name.clone(), (l.parse().ok()?, e.parse().ok()?)))
+        })
+        .collect();
+    ManagedLedgerIds { ledgers, cursors }
+}
+
 /// The admin calls a topic move makes on a cluster.
 #[async_trait]
 pub trait PulsarAdmin: Send + Sync + std::fmt::Debug {
@@ -106,6 +162,14 @@ pub trait PulsarAdmin: Send + Sync + std::fmt::Debug {
     async fn topics(&self, namespace: &str) -> Result<Vec<String>, AdminError>;
     /// The latest schema's type and version, `None` without schema.
     async fn schema(&self, topic: &str) -> Result<Option<(String, u64)>, AdminError>;
+    /// The ledgers and cursors of the topic's managed ledgers, one per
+    /// partition (one for a topic that is not partitioned); reading them
+    /// loads the topic.
+    async fn ledgers(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Vec<ManagedLedgerIds>, AdminError>;
 }
 
 /// Pulsar's admin REST API (`/admin/v2`) over HTTP.
@@ -357,5 +421,31 @@ impl PulsarAdmin for HttpAdmin {
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn ledgers(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Vec<ManagedLedgerIds>, AdminError> {
+        let names: Vec<String> = if partitions == 0 {
+            vec![topic.to_owned()]
+        } else {
+            (0..partitions)
+                .map(|i| format!("{topic}-partition-{i}"))
+                .collect()
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let v = self
+                .call(
+                    Method::GET,
+                    &format!("/admin/v2/{}/internalStats", topic_path(&name)),
+                    &format!("read the ledgers of {name}"),
+                )
+                .await?;
+            out.push(parse_internal_stats(&v));
+        }
+        Ok(out)
     }
 }

@@ -8,11 +8,14 @@ mod record;
 mod switcher;
 
 pub use admin::{
-    AdminError, HttpAdmin, PulsarAdmin, ReplicationStats, SubscriptionStats, TopicStats,
+    parse_internal_stats, AdminError, HttpAdmin, LedgerEntries, ManagedLedgerIds, PulsarAdmin,
+    ReplicationStats, SubscriptionStats, TopicStats,
 };
 pub use error::{Result, SwitchError};
 pub use precheck::{precheck, route_changes, PrecheckReport};
 pub use record::{
     now_ms, Batch, Evidence, Phase, Request, State, SwitchOptions, SwitchRecord, TopicMove,
 };
-pub use switcher::{AdminFactory, ClientsReturned, HttpAdmins, Plan, SloProbe, TopicSwitcher};
+pub use switcher::{
+    ids_clash, AdminFactory, Clash, ClientsReturned, HttpAdmins, Plan, SloProbe, TopicSwitcher,
+};

@@ -14,7 +14,10 @@ use crate::error::{Result, SwitchError};
 use crate::precheck::{precheck, route_changes, PrecheckReport};
 use crate::record::{now_ms, Batch, Evidence, Phase, Request, State, SwitchOptions, SwitchRecord};
 
+mod ids;
 mod phases;
+
+pub use ids::{ids_clash, Clash};
 
 /// Makes the admin client of a cluster.
 pub trait AdminFactory: Send + Sync + std::fmt::Debug {
@@ -516,9 +519,26 @@ impl TopicSwitcher {
                     phase,
                     format!("precheck passed: {} topics move", batch.topics.len()),
                 );
+                // Before any route changes: nobody is attached where the
+                // clients go, so its ledger can be rolled.
+                let deadline = Duration::from_millis(options.evict_timeout_ms);
+                if let Err(why) = self.separate_ids(batch, false, &to, deadline).await? {
+                    return Ok(Step::Failed(format!("refused before anybody moved: {why}")));
+                }
                 batch.phase = Phase::Redirect;
             }
             Phase::Redirect | Phase::RollbackRedirect => {
+                if phase == Phase::RollbackRedirect {
+                    // Before the routes lead back: clients that went carry
+                    // the new cluster's message ids (a topic nobody moved
+                    // to yet is skipped). Refused, they stay where they are.
+                    let deadline = Duration::from_millis(options.evict_timeout_ms);
+                    if let Err(why) = self.separate_ids(batch, true, &to, deadline).await? {
+                        return Ok(Step::Failed(format!(
+                            "the rollback is refused, the clients stay on `{to}`: {why}"
+                        )));
+                    }
+                }
                 let changes: Vec<Change> = if phase == Phase::Redirect {
                     route_changes(&batch.routes, &to)
                         .map_err(SwitchError::Invalid)?

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_topic_routes::{PulsarCluster, TopicRoutes};
 use bkswitch_topic_switch::{
-    AdminError, AdminFactory, PulsarAdmin, ReplicationStats, SubscriptionStats, TopicStats,
+    AdminError, AdminFactory, LedgerEntries, ManagedLedgerIds, PulsarAdmin, ReplicationStats,
+    SubscriptionStats, TopicStats,
 };
 use parking_lot::Mutex;
 
@@ -43,9 +44,22 @@ pub struct Model {
     /// there (the topic loaded again, its replicators not started yet).
     pub no_replicator: std::collections::HashSet<(String, String)>,
     pub clients: HashMap<String, Clients>,
+    /// Unloads that disconnected clients.
     pub unloads: Vec<(String, String)>,
+    /// Unloads of a topic nobody was attached to there (rolls of its
+    /// ledger), with where its clients were at the time.
+    pub rolls: Vec<(String, String, String)>,
+    /// (cluster, topic) → the ids of its ledgers, oldest first (every
+    /// unload opens a new one, numbered by the cluster's next id).
+    pub ledgers: HashMap<(String, String), Vec<u64>>,
+    /// cluster → the next ledger id its BookKeeper gives out.
+    pub next_ledger: HashMap<String, u64>,
+    /// (cluster, topic) whose subscription has not moved past its first
+    /// ledger (the replicated state not applied yet).
+    pub cursor_behind: std::collections::HashSet<(String, String)>,
     pub down: Vec<String>,
-    /// Unloads on these clusters never return (a coordinator stuck mid-step).
+    /// Unloads that would disconnect clients never return (a coordinator
+    /// stuck mid-eviction).
     pub hang_unloads: bool,
 }
 
@@ -93,9 +107,15 @@ impl World {
             m.replication
                 .insert((c.into(), NS.into()), vec!["a".into(), "b".into()]);
         }
-        for t in topics {
+        // Two fresh clusters number their ledgers alike: each topic's
+        // ledger has the same id on both.
+        for c in ["a", "b"] {
+            m.next_ledger.insert(c.into(), 10 + topics.len() as u64);
+        }
+        for (i, t) in topics.iter().enumerate() {
             let t = topic(t);
             for c in ["a", "b"] {
+                m.ledgers.insert((c.into(), t.clone()), vec![10 + i as u64]);
                 m.partitions.insert((c.into(), t.clone()), 0);
                 m.subscriptions.insert(
                     (c.into(), t.clone()),
@@ -233,7 +253,11 @@ impl PulsarAdmin for Admin {
 
     async fn unload(&self, topic: &str) -> Result<(), AdminError> {
         self.check("unload")?;
-        if self.world.model.lock().hang_unloads {
+        let hang = {
+            let m = self.world.model.lock();
+            m.hang_unloads && m.clients.get(topic).is_some_and(|c| c.cluster == self.name)
+        };
+        if hang {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
         // The clients look the topic up again through the routing table.
@@ -247,7 +271,24 @@ impl PulsarAdmin for Admin {
             .unwrap()
             .map(|r| r.cluster.name.clone());
         let mut m = self.world.model.lock();
-        m.unloads.push((self.name.clone(), topic.to_owned()));
+        let attached = m.clients.get(topic).map(|c| c.cluster.clone());
+        if attached.as_deref() == Some(self.name.as_str()) {
+            m.unloads.push((self.name.clone(), topic.to_owned()));
+        } else {
+            m.rolls.push((
+                self.name.clone(),
+                topic.to_owned(),
+                attached.unwrap_or_default(),
+            ));
+        }
+        // The topic loads again on a new ledger.
+        let next = m.next_ledger.entry(self.name.clone()).or_insert(10);
+        let id = *next;
+        *next += 1;
+        m.ledgers
+            .entry((self.name.clone(), topic.to_owned()))
+            .or_default()
+            .push(id);
         if let Some(c) = m.clients.get_mut(topic) {
             if c.cluster == self.name {
                 c.cluster = c
@@ -277,5 +318,36 @@ impl PulsarAdmin for Admin {
     async fn schema(&self, _topic: &str) -> Result<Option<(String, u64)>, AdminError> {
         self.check("schema")?;
         Ok(None)
+    }
+
+    async fn ledgers(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Vec<ManagedLedgerIds>, AdminError> {
+        self.check("ledgers")?;
+        let m = self.world.model.lock();
+        let key = (self.name.clone(), topic.to_owned());
+        let ids = m.ledgers.get(&key).cloned().unwrap_or_default();
+        let ledgers: Vec<LedgerEntries> = ids
+            .iter()
+            .map(|&id| LedgerEntries { id, entries: 50 })
+            .collect();
+        // Every subscription consumed all, or is left at the start of its
+        // first ledger.
+        let at = if m.cursor_behind.contains(&key) {
+            ledgers.first().map(|l| (l.id, -1))
+        } else {
+            ledgers.last().map(|l| (l.id, l.entries as i64 - 1))
+        };
+        let cursors = m
+            .subscriptions
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|(s, _)| Some((s.clone(), at?)))
+            .collect();
+        let one = ManagedLedgerIds { ledgers, cursors };
+        Ok(vec![one; partitions.max(1) as usize])
     }
 }
