@@ -6,22 +6,11 @@
 //! `MOVE-FIGURES` line per client (what `bench/RESULTS.md` records).
 //!
 //! One broker pair for the binary; the scenarios run one at a time.
-
-/// Why the moves under traffic are not run by CI. On an idle machine they
-/// lost one acknowledged message now and then (the plan scenario in 3 of 7
-/// runs, a single move with kills in 1 of 3; never before on the loaded
-/// machine), each a message sent around a move. Both clusters' topic was in
-/// the same ledger (ledger 9: fresh standalone clusters number their ledgers
-/// alike), so the two clusters' message ids collide, and Pulsar's consumers
-/// keep the old cluster's ids across a move: the last dequeued id (from
-/// which a reconnected consumer discards "earlier" entries of the same
-/// ledger) and the acknowledgement tracker (apache/pulsar#25291, open
-/// upstream). A new cluster's message whose id the client already saw on the
-/// old one is dropped. Not fixed: a move should refuse, or roll the
-/// destination's ledger, while the topic's ledger ids overlap on the two
-/// clusters. The checks stay strict; run them with `--ignored`.
-#[allow(dead_code)]
-const QUARANTINE: () = ();
+//!
+//! These moves lost a message now and then before a move set the two
+//! clusters' message ids apart (`docs/DESIGN.md` §7.3): both clusters'
+//! topic sat in ledger 9, and Pulsar's clients keep message ids across a
+//! move.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -375,9 +364,7 @@ fn state(v: &Value) -> &str {
     v["state"].as_str().unwrap_or_default()
 }
 
-/// Quarantined from CI: see [`QUARANTINE`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known loss: Pulsar clients drop messages of the new cluster whose ids collide with the old one's (RELIABILITY, Known limits); run by hand"]
 async fn topics_move_under_java_and_python_traffic_and_back() {
     if !pulsar_available() || !python_client_available() {
         return;
@@ -439,10 +426,8 @@ async fn topics_move_under_java_and_python_traffic_and_back() {
     );
 }
 
-/// Quarantined from CI with the other moves under traffic: see
-/// [`QUARANTINE`]. A losing run prints both clusters' ledgers and cursors.
+/// A losing run prints both clusters' ledgers and cursors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known loss: Pulsar clients drop messages of the new cluster whose ids collide with the old one's (RELIABILITY, Known limits); run by hand"]
 async fn a_batch_whose_clients_bypass_the_proxy_rolls_back_by_itself() {
     if !pulsar_available() || !python_client_available() {
         return;
@@ -504,9 +489,7 @@ async fn a_batch_whose_clients_bypass_the_proxy_rolls_back_by_itself() {
     );
 }
 
-/// Quarantined from CI: see [`QUARANTINE`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known loss: Pulsar clients drop messages of the new cluster whose ids collide with the old one's (RELIABILITY, Known limits); run by hand"]
 async fn a_proxy_and_the_coordinator_killed_mid_move_and_the_move_completes() {
     if !pulsar_available() {
         return;

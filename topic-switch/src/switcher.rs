@@ -116,6 +116,9 @@ pub struct TopicSwitcher {
 const POLL: Duration = Duration::from_millis(250);
 /// How often a topic that still has clients on its old cluster is unloaded again.
 const UNLOAD_AGAIN: Duration = Duration::from_secs(2);
+/// How long a soak objective may stay breached before the batch fails
+/// (clients reconnect after a back-off that can outlast the settle).
+const SOAK_GRACE: Duration = Duration::from_secs(5);
 /// The error of a batch the operator aborted.
 const ABORTED: &str = "aborted by the operator";
 
@@ -618,11 +621,24 @@ impl TopicSwitcher {
             Phase::Soak => {
                 let target = self.admin_of(&to).await?;
                 let until = Instant::now() + Duration::from_millis(options.soak_ms);
-                while Instant::now() < until {
-                    if let Err(why) = self.slo.check(batch, &*target).await {
-                        return Ok(Step::Failed(format!(
-                            "objective breached while soaking: {why}"
-                        )));
+                // A breach counts once it lasted `SOAK_GRACE`: clients come
+                // back on the new cluster after their reconnect back-off,
+                // which may end after the soak began.
+                let mut breach: Option<Instant> = None;
+                loop {
+                    match self.slo.check(batch, &*target).await {
+                        Ok(()) => breach = None,
+                        Err(why) => {
+                            let since = *breach.get_or_insert_with(Instant::now);
+                            if since.elapsed() >= SOAK_GRACE {
+                                return Ok(Step::Failed(format!(
+                                    "objective breached while soaking: {why}"
+                                )));
+                            }
+                        }
+                    }
+                    if Instant::now() >= until && breach.is_none() {
+                        break;
                     }
                     tokio::time::sleep(self.poll.max(Duration::from_millis(500))).await;
                 }
