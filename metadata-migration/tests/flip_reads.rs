@@ -7,10 +7,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_metadata_migration::{Coordinator, MigratingStore, ParticipantOptions, Phase};
+use bkswitch_metadata_migration::{ParticipantOptions, Phase};
 use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
 use common::*;
 
@@ -26,17 +25,8 @@ fn slow(name: &str) -> ParticipantOptions {
 #[tokio::test]
 async fn a_participant_behind_the_flip_does_not_read_the_source() {
     let (stores, opener) = setup(5, 0).await;
-    let wrap = |name: &'static str| {
-        let opener = opener.clone();
-        let session = stores.session("src");
-        async move {
-            MigratingStore::wrap(Arc::new(session), "memory://src", opener, slow(name))
-                .await
-                .expect("participant")
-        }
-    };
-    let ahead = wrap("ahead").await;
-    let behind = wrap("behind").await;
+    let ahead = wrap_src(&stores, &opener, slow("ahead")).await;
+    let behind = wrap_src(&stores, &opener, slow("behind")).await;
     // The participants follow the record when this helper tells them to,
     // until both closed their gates in the pause.
     let helper = {
@@ -49,21 +39,9 @@ async fn a_participant_behind_the_flip_does_not_read_the_source() {
             }
         })
     };
-    let mut c = Coordinator::start(
-        src(&stores),
-        opener.as_ref(),
-        request("m"),
-        coordinator_options(),
-    )
-    .await
-    .expect("start");
+    let mut c = start_coordinator(&stores, &opener, "m").await;
     while c.step().await.expect("step") != Phase::Paused {}
-    for _ in 0..500 {
-        if ahead.is_paused() && behind.is_paused() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_paused(&[&ahead, &behind]).await;
     assert!(ahead.is_paused() && behind.is_paused());
     helper.abort();
     let _ = helper.await;
@@ -107,29 +85,10 @@ async fn a_participant_behind_the_flip_does_not_read_the_source() {
 #[tokio::test]
 async fn reads_in_the_pause_before_the_flip_stay_on_the_source() {
     let (stores, opener) = setup(5, 0).await;
-    let p = MigratingStore::wrap(
-        Arc::new(stores.session("src")),
-        "memory://src",
-        opener.clone(),
-        participant_options("p"),
-    )
-    .await
-    .expect("participant");
-    let mut c = Coordinator::start(
-        src(&stores),
-        opener.as_ref(),
-        request("m"),
-        coordinator_options(),
-    )
-    .await
-    .expect("start");
+    let p = wrap_src(&stores, &opener, participant_options("p")).await;
+    let mut c = start_coordinator(&stores, &opener, "m").await;
     while c.step().await.expect("step") != Phase::Paused {}
-    for _ in 0..200 {
-        if p.is_paused() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_paused(&[&p]).await;
     assert!(p.is_paused());
     assert_eq!(
         p.get(&topic(1)).await.expect("get").expect("node").value,

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bkswitch_metadata_migration::{Coordinator, MigratingStore, Phase};
+use bkswitch_metadata_migration::{MigratingStore, Phase};
 use bkswitch_metadata_store::{MetadataStore, Notification, SessionEvent};
 use common::*;
 use futures::StreamExt;
@@ -35,14 +35,7 @@ async fn a_connection_lost_before_the_flip_is_followed_by_reconnected_after_it()
         .expect("a notification")
         .expect("stream open");
     assert_eq!(lost, Notification::Session(SessionEvent::ConnectionLost));
-    let mut c = Coordinator::start(
-        src(&stores),
-        opener.as_ref(),
-        request("m"),
-        coordinator_options(),
-    )
-    .await
-    .expect("start");
+    let mut c = start_coordinator(&stores, &opener, "m").await;
     assert_eq!(c.run().await.expect("run").phase, Phase::Completed);
     wait_swapped(&[&p], "memory://dst").await;
     let mut heard = Vec::new();

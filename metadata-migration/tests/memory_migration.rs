@@ -388,22 +388,10 @@ async fn verification_refuses_the_flip_on_a_seeded_difference() {
 async fn abort_reopens_writes_and_stops_the_coordinator() {
     let (stores, opener) = setup(300, 0).await;
     let p = participant(opener.clone(), "memory://src", "broker-1").await;
-    let mut c = Coordinator::start(
-        src(&stores),
-        opener.as_ref(),
-        request("m"),
-        coordinator_options(),
-    )
-    .await
-    .expect("start");
+    let mut c = start_coordinator(&stores, &opener, "m").await;
     while c.step().await.expect("step") != Phase::Paused {}
     // Wait until the participant closed its gate.
-    for _ in 0..200 {
-        if p.is_paused() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_paused(&[&p]).await;
     let e = p
         .put(&topic(1), b"x", ExpectedVersion::Any)
         .await

@@ -688,6 +688,24 @@ fn final_state(rec: &SwitchRecord) -> State {
     }
 }
 
+/// Each topic of a batch with the cluster its clients leave and the one
+/// they go to (`back`: a rollback, from `to` to where they came from), and
+/// its partition count.
+fn sides(batch: &Batch, back: bool, to: &str) -> Vec<(String, String, String, u32)> {
+    batch
+        .topics
+        .iter()
+        .map(|(t, m)| {
+            let (leave, go) = if back {
+                (to.to_owned(), m.from.clone())
+            } else {
+                (m.from.clone(), to.to_owned())
+            };
+            (t.clone(), leave, go, m.partitions)
+        })
+        .collect()
+}
+
 fn evidence(batch: &mut Batch, phase: Phase, note: String) {
     batch.evidence.push(Evidence {
         at_ms: now_ms(),

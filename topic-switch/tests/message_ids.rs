@@ -12,28 +12,10 @@ use std::time::Duration;
 
 use bkswitch_metadata_store::MetadataStore;
 use bkswitch_topic_switch::{
-    ids_clash, parse_internal_stats, Clash, LedgerEntries, ManagedLedgerIds, Phase, Plan, State,
-    SwitchOptions, TopicSwitcher,
+    ids_clash, parse_internal_stats, Clash, LedgerEntries, ManagedLedgerIds, Phase, State,
+    SwitchRecord, TopicSwitcher,
 };
 use common::*;
-
-fn quick() -> SwitchOptions {
-    SwitchOptions {
-        barrier_timeout_ms: 500,
-        evict_timeout_ms: 1_500,
-        settle_timeout_ms: 1_000,
-        soak_ms: 0,
-        max_replication_backlog: 100,
-        auto_rollback: true,
-    }
-}
-
-fn one(route: &str) -> Plan {
-    Plan {
-        to: "b".into(),
-        batches: vec![vec![route.to_owned()]],
-    }
-}
 
 fn switcher(w: &World) -> TopicSwitcher {
     let store: Arc<dyn MetadataStore> = Arc::new(w.store.clone());
@@ -120,8 +102,9 @@ async fn a_destination_numbered_far_below_is_refused_before_anybody_moves() {
     assert!(w.model.lock().unloads.is_empty());
 }
 
-#[tokio::test]
-async fn a_subscription_left_in_an_old_ledger_is_waited_for() {
+/// Moves `t1` while its subscription on `b` is left in its first ledger,
+/// released after `release` (`None`: never).
+async fn move_with_a_subscription_behind(release: Option<Duration>) -> (World, SwitchRecord) {
     let w = World::new(&["t1"]).await;
     w.model
         .lock()
@@ -131,27 +114,26 @@ async fn a_subscription_left_in_an_old_ledger_is_waited_for() {
     s.start("m1", one(&format!("topic:{}", topic("t1"))), quick())
         .await
         .unwrap();
-    // Its replicated state arrives a moment later.
-    let model = w.model.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        model.lock().cursor_behind.clear();
-    });
+    if let Some(after) = release {
+        // Its replicated state arrives a moment later.
+        let model = w.model.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            model.lock().cursor_behind.clear();
+        });
+    }
     let rec = s.run().await.unwrap();
+    (w, rec)
+}
+
+#[tokio::test]
+async fn a_subscription_left_in_an_old_ledger_is_waited_for() {
+    let (w, rec) = move_with_a_subscription_behind(Some(Duration::from_millis(400))).await;
     assert_eq!(rec.state, State::Done, "{rec:#?}");
     assert_eq!(w.where_is("t1"), "b");
 
     // One that never catches up: refused, nobody moved.
-    let w = World::new(&["t1"]).await;
-    w.model
-        .lock()
-        .cursor_behind
-        .insert(("b".into(), topic("t1")));
-    let s = switcher(&w);
-    s.start("m1", one(&format!("topic:{}", topic("t1"))), quick())
-        .await
-        .unwrap();
-    let rec = s.run().await.unwrap();
+    let (w, rec) = move_with_a_subscription_behind(None).await;
     assert_eq!(rec.state, State::Failed, "{rec:#?}");
     let error = rec.batches[0].error.clone().unwrap();
     assert!(

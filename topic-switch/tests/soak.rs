@@ -45,12 +45,8 @@ async fn run(ok_after: Option<Duration>) -> (World, bkswitch_topic_switch::Switc
             ok_after,
         }));
     let options = SwitchOptions {
-        barrier_timeout_ms: 500,
-        evict_timeout_ms: 1_500,
-        settle_timeout_ms: 1_000,
         soak_ms: 300,
-        max_replication_backlog: 100,
-        auto_rollback: true,
+        ..quick()
     };
     let plan = Plan {
         to: "b".into(),

@@ -11,25 +11,7 @@ use bkswitch_metadata_store::{CreateMode, MetadataStore};
 use bkswitch_topic_switch::{
     Batch, Phase, Plan, PulsarAdmin, SloProbe, State, SwitchError, SwitchOptions, TopicSwitcher,
 };
-use common::{topic, World, NS};
-
-fn quick() -> SwitchOptions {
-    SwitchOptions {
-        barrier_timeout_ms: 500,
-        evict_timeout_ms: 1_000,
-        settle_timeout_ms: 1_000,
-        soak_ms: 0,
-        max_replication_backlog: 100,
-        auto_rollback: true,
-    }
-}
-
-fn one(route: &str) -> Plan {
-    Plan {
-        to: "b".into(),
-        batches: vec![vec![route.to_owned()]],
-    }
-}
+use common::{one, quick, topic, World, NS};
 
 fn switcher(w: &World, owner: &str, store: Arc<dyn MetadataStore>) -> TopicSwitcher {
     TopicSwitcher::new(store, w.routes.clone(), owner).with_admins(w.admins())

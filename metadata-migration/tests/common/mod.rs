@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bkswitch_metadata_migration::{
-    is_control_path, CoordinatorOptions, MigratingStore, MigrationRequest, NamedMemoryStores,
-    ParticipantOptions, StoreOpener,
+    is_control_path, Coordinator, CoordinatorOptions, MigratingStore, MigrationRequest,
+    NamedMemoryStores, ParticipantOptions, StoreOpener,
 };
 use bkswitch_metadata_store::{
     CreateMode, ErrorKind, ExpectedVersion, MetadataStore, MetadataStoreExt,
@@ -338,4 +338,49 @@ pub async fn setup(n: usize, wide: usize) -> (NamedMemoryStores, Arc<dyn StoreOp
 /// A session of `memory://src`.
 pub fn src(stores: &NamedMemoryStores) -> Arc<dyn MetadataStore> {
     Arc::new(stores.session("src"))
+}
+
+/// A coordinator of migration `id` from `memory://src` to `memory://dst`
+/// with [`coordinator_options`].
+pub async fn start_coordinator(
+    stores: &NamedMemoryStores,
+    opener: &Arc<dyn StoreOpener>,
+    id: &str,
+) -> Coordinator {
+    Coordinator::start(
+        src(stores),
+        opener.as_ref(),
+        request(id),
+        coordinator_options(),
+    )
+    .await
+    .expect("start")
+}
+
+/// A participant wrapping a new session of `memory://src`.
+pub async fn wrap_src(
+    stores: &NamedMemoryStores,
+    opener: &Arc<dyn StoreOpener>,
+    options: ParticipantOptions,
+) -> MigratingStore {
+    MigratingStore::wrap(
+        Arc::new(stores.session("src")),
+        "memory://src",
+        opener.clone(),
+        options,
+    )
+    .await
+    .expect("participant")
+}
+
+/// Waits (up to a second) until every one of `participants` closed its
+/// write gate.
+pub async fn wait_paused(participants: &[&MigratingStore]) {
+    for _ in 0..200 {
+        if participants.iter().all(|p| p.is_paused()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("participants did not pause");
 }

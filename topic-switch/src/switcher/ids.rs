@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{evidence, Result, TopicSwitcher};
+use super::{evidence, sides, Result, TopicSwitcher};
 use crate::admin::ManagedLedgerIds;
 use crate::record::Batch;
 
@@ -105,18 +105,7 @@ impl TopicSwitcher {
         let started = Instant::now();
         let mut rolls = 0usize;
         let mut notes = Vec::new();
-        let topics: Vec<(String, String, String, u32)> = batch
-            .topics
-            .iter()
-            .map(|(t, m)| {
-                let (src, dst) = if back {
-                    (to.to_owned(), m.from.clone())
-                } else {
-                    (m.from.clone(), to.to_owned())
-                };
-                (t.clone(), src, dst, m.partitions)
-            })
-            .collect();
+        let topics = sides(batch, back, to);
         for (topic, src, dst, partitions) in &topics {
             let source = self.admin_of(src).await?;
             let dest = self.admin_of(dst).await?;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{evidence, Result, TopicSwitcher, UNLOAD_AGAIN};
+use super::{evidence, sides, Result, TopicSwitcher, UNLOAD_AGAIN};
 use crate::record::{now_ms, Batch, Evidence};
 
 impl TopicSwitcher {
@@ -19,14 +19,7 @@ impl TopicSwitcher {
     ) -> Result<std::result::Result<(), String>> {
         let started = Instant::now();
         let mut unloads = 0usize;
-        let topics: Vec<(String, String, u32)> = batch
-            .topics
-            .iter()
-            .map(|(t, m)| {
-                let side = if back { to.to_owned() } else { m.from.clone() };
-                (t.clone(), side, m.partitions)
-            })
-            .collect();
+        let topics = sides(batch, back, to);
         // Load each topic where its clients are going before they go: an
         // admin read loads a topic that exists, so that the clients do not
         // wait for the topic to load there (a managed ledger to open, the
@@ -42,7 +35,7 @@ impl TopicSwitcher {
         let mut last_unload: std::collections::HashMap<String, Instant> = Default::default();
         loop {
             let mut left = Vec::new();
-            for (topic, side, partitions) in &topics {
+            for (topic, side, _, partitions) in &topics {
                 let admin = self.admin_of(side).await?;
                 let stats = match admin.stats(topic, *partitions).await {
                     Ok(s) => s.unwrap_or_default(),

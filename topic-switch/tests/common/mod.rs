@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use bkswitch_metadata_store::MemoryStore;
 use bkswitch_topic_routes::{PulsarCluster, TopicRoutes};
 use bkswitch_topic_switch::{
-    AdminError, AdminFactory, LedgerEntries, ManagedLedgerIds, PulsarAdmin, ReplicationStats,
-    SubscriptionStats, TopicStats,
+    AdminError, AdminFactory, LedgerEntries, ManagedLedgerIds, Plan, PulsarAdmin, ReplicationStats,
+    SubscriptionStats, SwitchOptions, TopicStats,
 };
 use parking_lot::Mutex;
 
@@ -81,6 +81,26 @@ pub fn cluster(name: &str) -> PulsarCluster {
 }
 
 pub const NS: &str = "geo/ns";
+
+/// Options with short timeouts, for the in-memory clusters.
+pub fn quick() -> SwitchOptions {
+    SwitchOptions {
+        barrier_timeout_ms: 500,
+        evict_timeout_ms: 1_500,
+        settle_timeout_ms: 1_000,
+        soak_ms: 0,
+        max_replication_backlog: 100,
+        auto_rollback: true,
+    }
+}
+
+/// A plan of one batch, `route`, to cluster `b`.
+pub fn one(route: &str) -> Plan {
+    Plan {
+        to: "b".into(),
+        batches: vec![vec![route.to_owned()]],
+    }
+}
 
 pub fn topic(local: &str) -> String {
     format!("persistent://{NS}/{local}")
