@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use bkswitch_pulsar_wire::proto::{
     command_lookup_topic_response::LookupType, BaseCommand, FeatureFlags, ServerError,
 };
-use bkswitch_pulsar_wire::{commands, CommandType, Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE};
+use bkswitch_pulsar_wire::{
+    commands, CommandType, Frame, PulsarCodec, WireError, DEFAULT_MAX_MESSAGE_SIZE,
+};
 use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
@@ -140,6 +142,9 @@ enum Next {
 
 /// Frames answered before their answers are written out together.
 const BATCH: usize = 128;
+/// Frames' room a connection keeps between batches when its last batch was
+/// no larger.
+const KEPT_ROOM: usize = 8;
 
 async fn run<S>(
     mut framed: Framed<S, PulsarCodec>,
@@ -152,6 +157,7 @@ async fn run<S>(
     let (tx, mut answers) = mpsc::unbounded_channel::<BaseCommand>();
     let mut last_heard = Instant::now();
     let mut pinged = false;
+    let mut batch = Vec::new();
     let mut ticker = tokio::time::interval(KEEP_ALIVE);
     ticker.tick().await;
     loop {
@@ -178,43 +184,72 @@ async fn run<S>(
         // This frame and the ones already received behind it are answered
         // into the write buffer, which is then written at once: one write
         // for a batch of pipelined lookups. Their answers come from one
-        // table, held until they are written (the barrier).
+        // table, held until they are written (the barrier). The batch's
+        // topic routes are prefetched before the first is resolved, so that
+        // with a large table the lookups wait for memory together.
+        let ended = gather(&mut framed, frame, &mut batch);
         let mut serving = None;
-        let mut next = Some(frame);
-        let mut handled = 0;
-        while let Some(frame) = next.take() {
-            let frame = match frame {
-                None => {
-                    let _ = flush(&mut framed).await;
-                    return;
-                }
-                Some(Ok(f)) => f,
-                Some(Err(e)) if e.frame_skipped() => {
-                    tracing::debug!(error = %e, "skipped an unreadable frame");
-                    next = framed.next().now_or_never();
-                    continue;
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "client connection ended");
-                    let _ = flush(&mut framed).await;
-                    return;
-                }
-            };
+        if !batch.is_empty() {
             last_heard = Instant::now();
             pinged = false;
+            if batch.iter().any(|f| f.command.lookup_topic.is_some()) {
+                let held = shared.view.serving().await;
+                for lookup in batch.iter().filter_map(|f| f.command.lookup_topic.as_ref()) {
+                    held.snapshot.index.prefetch(&lookup.topic);
+                }
+                serving = Some(held);
+            }
+        }
+        let size = batch.len();
+        for frame in batch.drain(..) {
             if let Next::Close = handle(&mut framed, shared, tls, &tx, &mut serving, frame).await {
                 return;
             }
-            handled += 1;
-            if handled < BATCH {
-                next = framed.next().now_or_never();
-            }
         }
-        if !flush(&mut framed).await {
+        // A frame is a few kB: a connection that pipelines keeps its batch's
+        // room, one that went quiet gives it back.
+        if size <= KEPT_ROOM && batch.capacity() > KEPT_ROOM {
+            batch = Vec::new();
+        }
+        if !flush(&mut framed).await || ended {
             return;
         }
         drop(serving);
     }
+}
+
+/// Puts `first` and the frames already received behind it, up to
+/// [`BATCH`], in `batch`; `true` when the connection ended or failed after
+/// them.
+fn gather<S>(
+    framed: &mut Framed<S, PulsarCodec>,
+    first: Option<Result<Frame, WireError>>,
+    batch: &mut Vec<Frame>,
+) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut next = Some(first);
+    while let Some(frame) = next.take() {
+        match frame {
+            None => return true,
+            Some(Ok(f)) => batch.push(f),
+            Some(Err(e)) if e.frame_skipped() => {
+                tracing::debug!(error = %e, "skipped an unreadable frame");
+                // `Framed` ends its stream once after any decoder error; the
+                // framing is intact here, so that end is passed over.
+                let _ = framed.next().now_or_never();
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "client connection ended");
+                return true;
+            }
+        }
+        if batch.len() < BATCH {
+            next = framed.next().now_or_never();
+        }
+    }
+    false
 }
 
 /// Answers one frame into the write buffer (forwarded requests are answered

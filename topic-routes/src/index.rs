@@ -6,16 +6,20 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
+use crate::flat::FlatMap;
 use crate::names::{RouteKey, TopicName};
-use crate::table::{fallback, longest_prefix_by, Resolved, RoutingTable, PREFIX};
+use crate::table::{fallback, longest_prefix_by, Resolved, RoutingTable, PREFIX, TOPIC};
 
 /// One namespace's prefix routes: (the prefix's part of the local name,
 /// cluster number), sorted by that part.
 type PrefixGroup = Vec<(Box<str>, u32)>;
 
 /// Resolves topics as [`RoutingTable::resolve`] does, in constant time in
-/// the number of routes: exact routes (topic, namespace, tenant, default)
-/// in one hash map; prefix routes grouped by the namespace they lie in
+/// the number of routes: topic routes in a flat table whose slots are one
+/// cache line each and hold the name, so that a topic route costs one
+/// memory access however large the table (`flat.rs`); the other exact
+/// routes (namespace, tenant, default), far fewer, in a hash map; prefix
+/// routes grouped by the namespace they lie in
 /// (`domain://tenant/namespace/`), each group sorted, so that the longest
 /// prefix is searched among one namespace's prefix routes only.
 ///
@@ -23,9 +27,11 @@ type PrefixGroup = Vec<(Box<str>, u32)>;
 /// table: a lookup proxy builds it once per table it serves.
 #[derive(Debug, Clone, Default)]
 pub struct RouteIndex {
-    /// Route key (`topic:…`, `namespace:…`, `tenant:…`, `default`) → cluster
-    /// number (in `names`): the number lies in the map's own slot, so a hit
-    /// reads one key and no other allocation.
+    /// Topic (`domain://tenant/namespace/local`) → cluster number (in
+    /// `names`).
+    topics: FlatMap,
+    /// Other exact route keys (`namespace:…`, `tenant:…`, `default`) →
+    /// cluster number.
     exact: HashMap<Box<str>, u32>,
     /// `domain://tenant/namespace/` → that namespace's prefix routes.
     prefixes: HashMap<Box<str>, PrefixGroup>,
@@ -38,7 +44,8 @@ pub struct RouteIndex {
 impl RouteIndex {
     /// The index of `table`.
     pub fn new(table: &RoutingTable) -> RouteIndex {
-        let mut exact = HashMap::with_capacity(table.routes.len());
+        let mut topics: Vec<(&str, u32)> = Vec::with_capacity(table.routes.len());
+        let mut exact = HashMap::new();
         let mut prefixes: HashMap<Box<str>, PrefixGroup> = HashMap::new();
         let mut names: Vec<Box<str>> = Vec::new();
         let mut number: HashMap<&str, u32> = HashMap::new();
@@ -48,6 +55,10 @@ impl RouteIndex {
                 // Fewer names than routes, and routes fit in memory.
                 u32::try_from(names.len() - 1).expect("fewer than 2^32 clusters")
             });
+            if let Some(topic) = key.strip_prefix(TOPIC) {
+                topics.push((topic, n));
+                continue;
+            }
             match key.strip_prefix(PREFIX) {
                 Some(prefix) => {
                     // `domain://tenant/namespace/local-part`: split after
@@ -73,6 +84,7 @@ impl RouteIndex {
         }
         exact.shrink_to_fit();
         RouteIndex {
+            topics: FlatMap::new(topics.into_iter()),
             exact,
             prefixes,
             names,
@@ -83,6 +95,32 @@ impl RouteIndex {
     /// The version of the table the index was built from.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Starts loading the memory a resolve of `topic` reads first (the slot
+    /// of its topic route), without waiting for it: a lookup proxy calls
+    /// it for each lookup of a batch before resolving the first, so that
+    /// with a million routes the batch waits for memory about once rather
+    /// than once per lookup. A hint only; a table small enough to stay in
+    /// the caches is left alone, and so is a name that is not fully
+    /// qualified (its resolve reads as it would).
+    pub fn prefetch(&self, topic: &str) {
+        if self.topics.len() < PREFETCH_FROM || !topic.contains("://") {
+            return;
+        }
+        self.topics.prefetch(strip_partition(topic));
+    }
+
+    /// How many topic routes the index holds.
+    pub fn topic_routes(&self) -> usize {
+        self.topics.len()
+    }
+
+    /// The bytes of the index that lie in a memory mapping rather than on
+    /// the heap (a large table of topic routes), which a counting global
+    /// allocator does not see.
+    pub fn mapped_bytes(&self) -> usize {
+        self.topics.mapped_bytes()
     }
 
     /// Where `topic` goes in `table` (the table the index was built from):
@@ -98,16 +136,13 @@ impl RouteIndex {
     ) -> Result<Option<Resolved<'t>>> {
         let name = TopicName::parse(topic)?;
         let base = name.base();
-        let mut key = String::with_capacity(base.len() + 16);
-        key.push_str("topic:");
-        key.push_str(&base);
-        let cluster_of = |key: &str| self.exact.get(key).and_then(|&n| self.cluster(table, n));
-        if let Some(cluster) = cluster_of(&key) {
+        if let Some(cluster) = self.topics.get(&base).and_then(|n| self.cluster(table, n)) {
             return Ok(Some(Resolved {
                 cluster,
                 route: RouteKey::Topic(base),
             }));
         }
+        let cluster_of = |key: &str| self.exact.get(key).and_then(|&n| self.cluster(table, n));
         let split = base.len() - name.local.len();
         if let Some(group) = self.prefixes.get(&base[..split]) {
             if let Some((part, cluster)) =
@@ -119,7 +154,20 @@ impl RouteIndex {
                 }));
             }
         }
+        let mut key = String::with_capacity(base.len() + 16);
         Ok(fallback(&name, &mut key, cluster_of))
+    }
+}
+
+/// Topic routes from which [`RouteIndex::prefetch`] prefetches: fewer lie
+/// in a few MB, which stay in the caches of a busy proxy.
+const PREFETCH_FROM: usize = 16_384;
+
+/// `topic` without a `-partition-<n>` suffix (the name its topic route has).
+fn strip_partition(topic: &str) -> &str {
+    match topic.rsplit_once(crate::names::PARTITION) {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => topic,
     }
 }
 
@@ -231,7 +279,84 @@ mod tests {
         }
         let table = RoutingTable::default();
         let index = RouteIndex::new(&table);
+        assert_eq!(index.topic_routes(), 0);
         assert!(index.resolve(&table, "not a topic").is_err());
         assert_eq!(index.resolve(&table, "persistent://t/n/x").unwrap(), None);
+    }
+
+    #[test]
+    fn long_topic_names_resolve_as_short_ones() {
+        // Names past what a slot of the flat table holds whole.
+        let long = |i: usize| {
+            format!(
+                "persistent://tenant/namespace/{}-{i}",
+                "segment".repeat(i % 12)
+            )
+        };
+        let mut changes = vec![
+            Change::RegisterCluster(cluster("east")),
+            Change::RegisterCluster(cluster("west")),
+            Change::SetRoute(RouteKey::Default, "east".to_owned()),
+        ];
+        changes.extend(
+            (0..500).map(|i| Change::SetRoute(RouteKey::Topic(long(i)), "west".to_owned())),
+        );
+        let table = RoutingTable::default().apply(&changes).unwrap();
+        let index = RouteIndex::new(&table);
+        assert_eq!(index.topic_routes(), 500);
+        for i in 0..1_000 {
+            let topic = format!("{}-partition-3", long(i));
+            let resolved = index.resolve(&table, &topic).unwrap().unwrap();
+            assert_eq!(resolved, table.resolve(&topic).unwrap().unwrap(), "{topic}");
+            let want = if i < 500 { "west" } else { "east" };
+            assert_eq!(resolved.cluster.name, want, "{topic}");
+        }
+    }
+
+    #[test]
+    fn a_large_index_prefetches_and_answers_the_same() {
+        let name = |i: usize| format!("persistent://t/n-{}/topic-{i}", i % 3);
+        let mut changes = vec![
+            Change::RegisterCluster(cluster("east")),
+            Change::RegisterCluster(cluster("west")),
+            Change::SetRoute(RouteKey::Default, "east".to_owned()),
+        ];
+        changes.extend(
+            (0..PREFETCH_FROM + 10)
+                .map(|i| Change::SetRoute(RouteKey::Topic(name(i)), "west".to_owned())),
+        );
+        let table = RoutingTable::default().apply(&changes).unwrap();
+        let index = RouteIndex::new(&table);
+        assert!(index.mapped_bytes() > 0, "a large index lies in a mapping");
+        for i in (0..PREFETCH_FROM + 100).step_by(7) {
+            for topic in [
+                name(i),
+                format!("{}-partition-{}", name(i), i % 5),
+                format!("t/n-0/x-{i}"),
+            ] {
+                index.prefetch(&topic);
+                assert_eq!(
+                    index.resolve(&table, &topic).ok(),
+                    table.resolve(&topic).ok(),
+                    "{topic}"
+                );
+            }
+        }
+        index.prefetch("not a topic");
+    }
+
+    #[test]
+    fn the_partition_suffix_is_stripped_only_with_a_number() {
+        assert_eq!(
+            strip_partition("persistent://t/n/a-partition-12"),
+            "persistent://t/n/a"
+        );
+        for kept in [
+            "persistent://t/n/a-partition-",
+            "persistent://t/n/a-partition-x",
+            "persistent://t/n/a",
+        ] {
+            assert_eq!(strip_partition(kept), kept);
+        }
     }
 }

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod flat;
 mod index;
 mod layout;
 mod names;

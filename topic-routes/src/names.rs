@@ -5,6 +5,9 @@ use std::str::FromStr;
 
 use crate::error::{Result, RoutesError};
 
+/// What separates a partition's number from its topic's name.
+pub(crate) const PARTITION: &str = "-partition-";
+
 /// Checks a cluster (or proxy) name: `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`.
 fn name_rule(name: &str) -> std::result::Result<(), String> {
     let mut chars = name.chars();
@@ -214,7 +217,7 @@ fn parse_topic(topic: &str) -> std::result::Result<TopicName, String> {
     check_entity("tenant", tenant)?;
     check_entity("namespace", namespace)?;
     check_local(local)?;
-    let (local, partition) = match local.rsplit_once("-partition-") {
+    let (local, partition) = match local.rsplit_once(PARTITION) {
         Some((base, n)) if !base.is_empty() && is_partition_number(n) => match n.parse::<u32>() {
             Ok(p) => (base, Some(p)),
             Err(_) => return Err(format!("partition `{n}` is out of range")),

@@ -56,6 +56,8 @@ impl PulsarCluster {
 
 /// How every prefix route's key starts.
 pub(crate) const PREFIX: &str = "prefix:";
+/// How a topic route's key starts in [`RoutingTable::routes`].
+pub(crate) const TOPIC: &str = "topic:";
 
 /// One change of the routing table; [`RoutingTable::apply`] applies a list
 /// of them all or nothing.
@@ -219,7 +221,7 @@ impl RoutingTable {
         let name = TopicName::parse(topic)?;
         let base = name.base();
         let mut key = String::with_capacity(base.len() + 16);
-        key.push_str("topic:");
+        key.push_str(TOPIC);
         key.push_str(&base);
         if let Some(cluster) = self.cluster_of(&key) {
             return Ok(Some(Resolved {
