@@ -299,10 +299,23 @@ impl Upstreams {
         });
         let name = addr.to_owned();
         tokio::spawn(async move {
-            while let Some(frame) = stream.next().await {
+            // `Framed` ends its stream once after any decoder error; after a
+            // frame that was skipped whole, that end is passed over.
+            let mut skipped = false;
+            loop {
+                let frame = match stream.next().await {
+                    None if std::mem::take(&mut skipped) => continue,
+                    None => break,
+                    Some(frame) => frame,
+                };
+                skipped = false;
                 let frame = match frame {
                     Ok(f) => f,
-                    Err(e) if e.frame_skipped() => continue,
+                    Err(e) if e.frame_skipped() => {
+                        tracing::debug!(broker = %name, error = %e, "skipped an unreadable frame");
+                        skipped = true;
+                        continue;
+                    }
                     Err(e) => {
                         tracing::debug!(broker = %name, error = %e, "broker connection read failed");
                         break;

@@ -211,6 +211,58 @@ async fn pipelined_lookups_are_all_answered_in_order() {
     w.proxy.stop().await;
 }
 
+/// Lookups `ids` written at once (odd ids for `t/ns/x`, even ones for a
+/// partition of `t/ns/moved`).
+async fn feed_lookups(c: &mut Client<tokio::net::TcpStream>, ids: std::ops::RangeInclusive<u64>) {
+    use futures::SinkExt;
+    for id in ids {
+        let topic = if id % 2 == 0 {
+            "persistent://t/ns/moved-partition-1"
+        } else {
+            "persistent://t/ns/x"
+        };
+        c.framed
+            .feed(bkswitch_pulsar_wire::Frame::new(commands::lookup(
+                topic, id, false,
+            )))
+            .await
+            .unwrap();
+    }
+    SinkExt::<bkswitch_pulsar_wire::Frame>::flush(&mut c.framed)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_with_an_unreadable_frame_and_a_closing_client_is_answered_whole() {
+    use tokio::io::AsyncWriteExt;
+
+    let w = world(ProxyConfig::new("p1")).await;
+    let mut c = Client::connect(w.proxy.binary_addr().unwrap()).await;
+    c.handshake(21).await;
+    feed_lookups(&mut c, 1..=20).await;
+    // A whole frame whose command is not protobuf: skipped, the batch goes on.
+    let garbage = [0, 0, 0, 7, 0, 0, 0, 3, 0xff, 0xff, 0xff];
+    c.framed.get_mut().write_all(&garbage).await.unwrap();
+    feed_lookups(&mut c, 21..=40).await;
+    // The client closes its side: everything before is still answered.
+    c.framed.get_mut().shutdown().await.unwrap();
+    for id in 1..=40u64 {
+        let answer = c
+            .recv()
+            .await
+            .unwrap_or_else(|| panic!("no answer to {id}"));
+        assert_eq!(
+            answer.lookup_topic_response.as_ref().unwrap().request_id,
+            id
+        );
+        let want = if id % 2 == 0 { &w.b.url } else { &w.a.url };
+        assert_eq!(&redirect_of(&answer).0, want, "request {id}");
+    }
+    assert!(c.recv().await.is_none(), "the proxy ends the connection");
+    w.proxy.stop().await;
+}
+
 #[tokio::test]
 async fn bad_names_missing_routes_and_system_topics() {
     let mut config = ProxyConfig::new("p1");
@@ -230,6 +282,34 @@ async fn bad_names_missing_routes_and_system_topics() {
     // The transaction coordinator's topics go home, whatever the routes.
     let tc = "persistent://pulsar/system/transaction_coordinator_assign-partition-0";
     assert_eq!(redirect_of(&lookup(&mut c, tc, 3).await).0, w.b.url);
+    w.proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreadable_frame_from_a_broker_does_not_end_its_connection() {
+    let w = world(ProxyConfig::new("p1")).await;
+    w.a.partitions
+        .lock()
+        .insert("persistent://t/ns/garbled".into(), 4);
+    let mut c = Client::connect(w.proxy.binary_addr().unwrap()).await;
+    c.handshake(21).await;
+    for id in [10, 11] {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            c.call(commands::partitioned_metadata(
+                "persistent://t/ns/garbled",
+                id,
+            )),
+        )
+        .await
+        .expect("the broker's answer after its unreadable frame");
+        let r = answer.partition_metadata_response.unwrap();
+        assert_eq!((r.request_id, r.partitions), (id, Some(4)));
+    }
+    // The broker was asked twice, and answered both.
+    let asked = w.a.asked.lock().clone();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked.iter().all(|(what, _)| what == "partitioned"));
     w.proxy.stop().await;
 }
 

@@ -15,7 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::Framed;
 
 /// A broker that answers what a lookup proxy forwards, from fixed data,
-/// and records what it was asked.
+/// and records what it was asked. Asked for the partitions of a topic whose
+/// name has `garbled` in it, it first writes a frame that cannot be read.
 #[derive(Clone)]
 pub(crate) struct FakeBroker {
     pub(crate) url: String,
@@ -57,6 +58,13 @@ impl FakeBroker {
                                 let m = c.partition_metadata.unwrap();
                                 a.lock().push(("partitioned".into(), m.request_id));
                                 let n = p.lock().get(&m.topic).copied().unwrap_or(0);
+                                if m.topic.contains("garbled") {
+                                    // A whole frame that is not protobuf first.
+                                    let garbage = [0, 0, 0, 7, 0, 0, 0, 3, 0xff, 0xff, 0xff];
+                                    if f.get_mut().write_all(&garbage).await.is_err() {
+                                        return;
+                                    }
+                                }
                                 Some(commands::partitioned_metadata_response(m.request_id, n))
                             }
                             CommandType::GetSchema => {
