@@ -254,32 +254,55 @@ fn owner_node(topic: &str) -> String {
 
 /// Topic ownership and node registrations as the store holds them: every
 /// member's topics owned by that member through an ephemeral node naming it
-/// and its REST URL, and every member registered (ephemeral).
+/// and its REST URL, and every member registered (ephemeral). A member whose
+/// metadata session was lost takes both again once its watches report the
+/// loss, a moment after it rejoined the election: waited for, up to 20 s.
 pub async fn ownership_and_registrations<S: MetadataStore + 'static, M>(stack: &Stack<S, M>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let Some(problem) = ownership_problem(stack).await else {
+            return;
+        };
+        assert!(Instant::now() < deadline, "{problem}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What [`ownership_and_registrations`] finds wrong now, if anything.
+async fn ownership_problem<S: MetadataStore + 'static, M>(stack: &Stack<S, M>) -> Option<String> {
     let store = stack.store();
     for m in &stack.members {
         for topic in &m.topics {
             let path = format!("{DEFAULT_OWNERS_ROOT}/{}", owner_node(topic));
-            let r = store
-                .get(&path)
-                .await
-                .expect("read ownership")
-                .unwrap_or_else(|| panic!("{path}: {topic} has no owner"));
-            assert!(r.stat.ephemeral, "{path} is not ephemeral");
+            let Some(r) = store.get(&path).await.expect("read ownership") else {
+                return Some(format!("{path}: {topic} has no owner"));
+            };
+            if !r.stat.ephemeral {
+                return Some(format!("{path} is not ephemeral"));
+            }
             let owner: Ownership = serde_json::from_slice(&r.value).expect("ownership decodes");
-            assert_eq!(owner.node_id, m.node.node_id(), "{path}");
-            assert_eq!(owner.url, m.node.url(), "{path}");
+            if owner.node_id != m.node.node_id() || owner.url != m.node.url() {
+                return Some(format!(
+                    "{path}: owned by {} at {}, not {} at {}",
+                    owner.node_id,
+                    owner.url,
+                    m.node.node_id(),
+                    m.node.url()
+                ));
+            }
         }
         let registered = store
             .children(DEFAULT_NODES_ROOT)
             .await
             .expect("list the registered nodes");
-        assert!(
-            registered.iter().any(|c| c == m.node.node_id()),
-            "{} not registered: {registered:?}",
-            m.node.node_id()
-        );
+        if !registered.iter().any(|c| c == m.node.node_id()) {
+            return Some(format!(
+                "{} not registered: {registered:?}",
+                m.node.node_id()
+            ));
+        }
     }
+    None
 }
 
 /// Every node sees the same election leader, `leader`, and exactly that
