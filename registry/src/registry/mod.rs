@@ -229,19 +229,51 @@ impl Registry {
         }
     }
 
-    /// Every registered cluster, sorted by name.
+    /// Every registered cluster, sorted by name, as they all were at one
+    /// instant.
+    ///
+    /// Records are read one by one, so the listing is read twice and
+    /// returned once a second pass finds the same names at the versions the
+    /// first read: no record changed in between, so at an instant between
+    /// the passes every record was as read. One pass alone could show a
+    /// promotion half seen — the old ACTIVE record read before its flip,
+    /// the new one after its own: two ACTIVE records that never were at
+    /// once.
     ///
     /// # Errors
     ///
-    /// [`RegistryError::Corrupt`] for an unreadable record, [`RegistryError::Metadata`].
+    /// [`RegistryError::Corrupt`] for an unreadable record,
+    /// [`RegistryError::Conflict`] when the records kept changing for
+    /// [`MAX_CAS_ATTEMPTS`] passes, [`RegistryError::Metadata`].
     pub async fn list(&self) -> Result<Vec<ClusterRecord>> {
+        let mut seen = self.collect().await?;
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let again = self.collect().await?;
+            let same = again.len() == seen.len()
+                && again
+                    .iter()
+                    .zip(&seen)
+                    .all(|(a, b)| a.0 == b.0 && a.2 == b.2);
+            if same {
+                return Ok(again.into_iter().map(|(_, rec, _)| rec).collect());
+            }
+            seen = again;
+        }
+        Err(RegistryError::Conflict {
+            path: self.root.clone(),
+            attempts: MAX_CAS_ATTEMPTS,
+        })
+    }
+
+    /// One pass over the records: (name, record, version).
+    async fn collect(&self) -> Result<Vec<(String, ClusterRecord, i64)>> {
         let mut out = Vec::new();
         for child in self.store.children(&self.root).await? {
             if RESERVED_NAMES.contains(&child.as_str()) {
                 continue;
             }
-            if let Some((rec, _)) = self.read::<ClusterRecord>(&self.path(&child)).await? {
-                out.push(rec);
+            if let Some((rec, version)) = self.read::<ClusterRecord>(&self.path(&child)).await? {
+                out.push((child, rec, version));
             }
         }
         Ok(out)
