@@ -72,6 +72,19 @@ pub struct ClientConfig {
     /// Entries a range read asks for at once: the next entry is asked for as
     /// soon as one arrives. Default 256.
     pub read_window: usize,
+    /// Whether range reads ask a bookie for consecutive entries in one
+    /// request (BookKeeper 4.17's batched read, Java's `batchReadEnabled`,
+    /// on by default as there): the whole range from one bookie when the
+    /// write quorum is the ensemble; otherwise runs of write-quorum-size
+    /// entries, which one bookie of the ensemble holds together (when the
+    /// ensemble and write quorum sizes have no common factor, so that the runs
+    /// spread over every bookie; other ledgers are read entry by entry). The
+    /// Java client batches only the first kind, and only through its
+    /// `batchReadAsync`. Entries an answer leaves out are read one by one from
+    /// their replicas, as without batches. Bookies before 4.17 close the
+    /// connection on a batched read: the client then reads that bookie entry
+    /// by entry for ten minutes; turn this off for clusters with such bookies.
+    pub batch_reads: bool,
     /// Entries a recovery reads ahead and writes back at once (Java's
     /// `recoveryReadBatchSize` bounds the reads only). Default 64. A recovery's
     /// memory is bounded by this many entries, whatever the ledger's length.
@@ -125,6 +138,7 @@ impl Default for ClientConfig {
             max_add_bytes_in_flight_per_bookie: 64 << 20,
             throttle: 0,
             read_window: 256,
+            batch_reads: true,
             recovery_window: 64,
             sticky_reads: true,
             speculative_read_timeout: Duration::ZERO,
@@ -194,6 +208,12 @@ impl ClientConfig {
     /// Set how many entries a range read asks for at once.
     pub fn with_read_window(mut self, entries: usize) -> Self {
         self.read_window = entries;
+        self
+    }
+
+    /// Set whether range reads use batched reads ([`batch_reads`](Self::batch_reads)).
+    pub fn with_batch_reads(mut self, on: bool) -> Self {
+        self.batch_reads = on;
         self
     }
 

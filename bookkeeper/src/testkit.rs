@@ -8,7 +8,9 @@
 //! declared with [`FakeBookies::generate`] with entries built from their ids
 //! ([`generated_payload`]) and a valid digest; entry `-1` (the last add
 //! confirmed read, with or without fencing) answers the last entry. Reads of
-//! other ledgers, or past the declared count, answer "no such entry".
+//! other ledgers, or past the declared count, answer "no such entry". Any
+//! other request (a batched read among them) closes the connection, as a
+//! bookie older than BookKeeper 4.17 does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -151,7 +153,10 @@ async fn serve(socket: TcpStream, ledgers: Ledgers) {
                 Ok(None) => break,
                 Err(_) => return,
             };
-            answer(frame, &ledgers, &mut digests, &mut out);
+            if !answer(frame, &ledgers, &mut digests, &mut out) {
+                // An unknown request: close, as bookies before 4.17 do.
+                return;
+            }
             // Answer in slices, so that the fake's own buffers stay small.
             if out.len() >= 1 << 20 {
                 if write.write_all(&out).await.is_err() {
@@ -179,9 +184,9 @@ fn answer(
     ledgers: &Ledgers,
     digests: &mut HashMap<DigestType, DigestManager>,
     out: &mut BytesMut,
-) {
+) -> bool {
     if frame.len() < 4 {
-        return;
+        return true;
     }
     let word = frame.get_u32();
     let op = ((word >> 16) & 0xff) as u8;
@@ -195,7 +200,7 @@ fn answer(
     match op {
         OP_ADD => {
             if frame.len() < 20 + 16 {
-                return;
+                return true;
             }
             frame.advance(20); // master key
             let (ledger, entry) = (frame.get_i64(), frame.get_i64());
@@ -203,7 +208,7 @@ fn answer(
         }
         OP_READ => {
             if frame.len() < 16 {
-                return;
+                return true;
             }
             let (ledger, asked) = (frame.get_i64(), frame.get_i64());
             let generated = ledgers.lock().get(&ledger).copied();
@@ -231,8 +236,9 @@ fn answer(
                 _ => put_head(out, 0, OP_READ, rc::ENOENTRY, ledger, asked),
             }
         }
-        _ => {}
+        _ => return false,
     }
+    true
 }
 
 /// An entry as a bookie stores it: header, digest, payload.

@@ -2,6 +2,7 @@
 //! recovery ([`recovery`]), over what one ledger needs to talk to bookies
 //! ([`LedgerCtx`]).
 
+pub(crate) mod batch;
 pub(crate) mod ensemble;
 pub(crate) mod read;
 pub(crate) mod recovery;

@@ -213,13 +213,24 @@ pub(crate) async fn read_entry(
 
 /// Reads `first..=last` (checked by the caller) through a window: at most
 /// [`ClientConfig::read_window`](crate::ClientConfig::read_window) entries are
-/// asked for at once, the next one as soon as one arrives, in order.
+/// asked for at once, the next one as soon as one arrives, in order; in
+/// batched reads when the ledger's layout allows
+/// ([`ClientConfig::batch_reads`](crate::ClientConfig::batch_reads)).
 pub(crate) async fn read_range(
     ctx: &LedgerCtx,
     record: &LedgerRecord,
     first: EntryId,
     last: EntryId,
 ) -> Result<Vec<LedgerEntry>, BkError> {
+    if last > first
+        && super::batch::batchable(
+            ctx.client.config.batch_reads,
+            record.ensemble_size,
+            record.write_quorum_size,
+        )
+    {
+        return super::batch::read_range_batched(ctx, record, first, last).await;
+    }
     let window = ctx.client.config.read_window.max(1);
     let mut out = Vec::with_capacity(usize::try_from(last - first + 1).unwrap_or(0).min(1 << 16));
     let mut reads =

@@ -9,11 +9,14 @@
 //! |---|---|
 //! | ADD (op 1) | header · master key (20) · entry (32-byte header, digest, payload) |
 //! | READ (op 2) | header · ledger id · entry id · master key (20, only with the fence flag) |
+//! | BATCH_READ (op 7, bookies ≥ 4.17) | header · ledger id · first entry id · request id (`i64`) · max count (`i32`) · max bytes (`i64`) |
 //!
 //! A response body is the header word, a status code (`i32`), the ledger and
-//! entry id of the request, and for a successful READ the stored entry. Version
-//! 2 has no request id: responses are matched to requests by `(opcode, ledger,
-//! entry)`.
+//! entry id of the request, and for a successful READ the stored entry; a
+//! BATCH_READ answer has the request id next, then each stored entry after
+//! its length (`i32`), consecutive from the first id asked for. Version 2
+//! has no request id for the other requests: responses are matched to
+//! requests by `(opcode, ledger, entry)`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -25,6 +28,10 @@ pub(crate) const PROTOCOL_VERSION: u8 = 2;
 pub(crate) const OP_ADD: u8 = 1;
 /// READ opcode.
 pub(crate) const OP_READ: u8 = 2;
+/// BATCH_READ opcode (BookKeeper 4.17's `BATCH_READ_ENTRY`): consecutive
+/// entries from one bookie in one answer. Older bookies close the connection
+/// on it.
+pub(crate) const OP_BATCH_READ: u8 = 7;
 
 /// READ flag: fence the ledger (carries the master key).
 pub(crate) const FLAG_DO_FENCING: u16 = 0x1;
@@ -153,6 +160,48 @@ pub(crate) fn encode_read(
     buf.freeze()
 }
 
+/// Encodes a whole BATCH_READ frame: up to `max_count` consecutive entries from
+/// `first`, at most `max_bytes` in the answer (the bookie stops earlier at an
+/// entry it does not have, and at its own `maxBatchReadSize`).
+pub(crate) fn encode_batch_read(
+    ledger_id: i64,
+    first: i64,
+    request_id: i64,
+    max_count: i32,
+    max_bytes: i64,
+) -> Bytes {
+    let body_len = 4 + 8 + 8 + 8 + 4 + 8;
+    let mut buf = BytesMut::with_capacity(4 + body_len);
+    buf.put_u32(body_len as u32);
+    buf.put_u32(header_word(OP_BATCH_READ, 0));
+    buf.put_i64(ledger_id);
+    buf.put_i64(first);
+    buf.put_i64(request_id);
+    buf.put_i32(max_count);
+    buf.put_i64(max_bytes);
+    buf.freeze()
+}
+
+/// The stored entries of a successful BATCH_READ answer's body (after the
+/// request id), in order; they share the frame's memory.
+///
+/// # Errors
+/// [`DecodeError::BadBatch`] when a length runs past the frame.
+pub(crate) fn split_batch(mut body: Bytes) -> Result<Vec<Bytes>, DecodeError> {
+    let mut entries = Vec::new();
+    while !body.is_empty() {
+        if body.len() < 4 {
+            return Err(DecodeError::BadBatch(body.len()));
+        }
+        let len = body.get_i32();
+        match usize::try_from(len) {
+            Ok(len) if len <= body.len() => entries.push(body.split_to(len)),
+            _ => return Err(DecodeError::BadBatch(body.len())),
+        }
+    }
+    Ok(entries)
+}
+
 /// A decoded response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Response {
@@ -164,7 +213,8 @@ pub(crate) struct Response {
     pub(crate) ledger_id: i64,
     /// The entry id of the request (`-1` for a last-add-confirmed read).
     pub(crate) entry_id: i64,
-    /// The stored entry of a successful READ (header, digest, payload); empty
+    /// The stored entry of a successful READ (header, digest, payload), the
+    /// length-prefixed entries of a BATCH_READ ([`split_batch`]); empty
     /// otherwise.
     pub(crate) body: Bytes,
 }
@@ -173,7 +223,7 @@ pub(crate) struct Response {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum DecodeError {
     /// The frame is shorter than the fixed part of a response.
-    #[error("response frame of {0} bytes is shorter than the 24-byte fixed part")]
+    #[error("response frame of {0} bytes is shorter than its fixed part")]
     Short(usize),
     /// The opcode is not one this client sends.
     #[error("response with unexpected opcode {0}")]
@@ -181,24 +231,36 @@ pub(crate) enum DecodeError {
     /// The frame announces more than [`MAX_FRAME_LEN`] bytes.
     #[error("frame of {0} bytes is above the {MAX_FRAME_LEN}-byte limit")]
     TooLarge(usize),
+    /// A BATCH_READ answer whose entry lengths do not add up.
+    #[error("batch read answer with a bad entry length ({0} bytes left)")]
+    BadBatch(usize),
 }
 
 /// Decodes one response body (the bytes after the length prefix).
 ///
 /// # Errors
-/// [`DecodeError`] for a frame that is not a version-2 ADD or READ response.
+/// [`DecodeError`] for a frame that is not a version-2 ADD, READ or
+/// BATCH_READ response.
 pub(crate) fn decode_response(mut frame: Bytes) -> Result<Response, DecodeError> {
     if frame.len() < RESPONSE_FIXED_LEN {
         return Err(DecodeError::Short(frame.len()));
     }
     let header = frame.get_u32();
     let op = ((header >> 16) & 0xff) as u8;
-    if op != OP_ADD && op != OP_READ {
+    if op != OP_ADD && op != OP_READ && op != OP_BATCH_READ {
         return Err(DecodeError::UnknownOp(op));
     }
     let rc = frame.get_i32();
     let ledger_id = frame.get_i64();
     let entry_id = frame.get_i64();
+    if op == OP_BATCH_READ {
+        // The request id: answers are matched by (opcode, ledger, first entry)
+        // like every other answer, the caller checks what came back.
+        if frame.len() < 8 {
+            return Err(DecodeError::Short(RESPONSE_FIXED_LEN + frame.len()));
+        }
+        frame.advance(8);
+    }
     Ok(Response {
         op,
         rc,
@@ -394,6 +456,66 @@ mod tests {
             hex(&encode_read(1, 7, 0, Some(&key))),
             "000000140202000000000000000000010000000000000007"
         );
+    }
+
+    /// BookKeeper 4.17's `RequestEnDeCoderPreV3` writes a batched read as
+    /// header, ledger, first entry, request id, max count, max size.
+    #[test]
+    fn batch_read_frame_matches_known_bytes() {
+        assert_eq!(
+            hex(&encode_batch_read(1, 2, 3, 16, 4096)),
+            concat!(
+                "00000028",
+                "02070000",
+                "0000000000000001",
+                "0000000000000002",
+                "0000000000000003",
+                "00000010",
+                "0000000000001000"
+            )
+        );
+    }
+
+    #[test]
+    fn batch_answers_decode_and_split() {
+        let mut wire = BytesMut::new();
+        wire.put_u32(header_word(OP_BATCH_READ, 0));
+        wire.put_i32(rc::EOK);
+        wire.put_i64(9);
+        wire.put_i64(4);
+        wire.put_i64(77);
+        for body in [&b"abc"[..], b"", b"de"] {
+            wire.put_i32(body.len() as i32);
+            wire.put_slice(body);
+        }
+        let r = decode_response(wire.clone().freeze()).unwrap();
+        assert_eq!(
+            (r.op, r.rc, r.ledger_id, r.entry_id),
+            (OP_BATCH_READ, 0, 9, 4)
+        );
+        let entries = split_batch(r.body).unwrap();
+        assert_eq!(entries, vec![&b"abc"[..], b"", b"de"]);
+        // A length past the end, a negative one, a torn length: refused.
+        for bad in [&[0, 0, 0, 9, 1][..], &[0xff, 0xff, 0xff, 0xff], &[0, 0]] {
+            let mut b = wire.clone();
+            b.put_slice(bad);
+            let r = decode_response(b.freeze()).unwrap();
+            assert!(matches!(split_batch(r.body), Err(DecodeError::BadBatch(_))));
+        }
+        // An error answer carries no entries; one without its request id is short.
+        let mut e = BytesMut::new();
+        e.put_u32(header_word(OP_BATCH_READ, 0));
+        e.put_i32(rc::ENOENTRY);
+        e.put_i64(9);
+        e.put_i64(4);
+        assert_eq!(
+            decode_response(e.clone().freeze()),
+            Err(DecodeError::Short(24))
+        );
+        e.put_i64(1);
+        let r = decode_response(e.freeze()).unwrap();
+        assert_eq!(r.rc, rc::ENOENTRY);
+        assert!(split_batch(r.body).unwrap().is_empty());
     }
 
     #[test]
