@@ -4,7 +4,7 @@
 //! Two clusters of three Apache BookKeeper bookies each (`bkswitch-bk-harness`,
 //! one JVM per bookie, loopback only) share one harness ZooKeeper. The Rust
 //! client (`bkswitch-bookkeeper`) writes cursor-sized ledgers on the source —
-//! 100 entries × 1 KiB, ensemble 3 / write quorum 2 / ack quorum 2, CRC32C,
+//! 100 entries × 1 KiB, ensemble 3 / write quorum 2 / ack quorum 2 (`COPY_REAL_QUORUMS`), CRC32C,
 //! closed — and `copy_ledger_preserving_ids` (what BUILD runs, default window
 //! 64) copies them onto the destination, N copies in flight (N = 1, 4, 16, 64), each
 //! copy a task, as the orchestrator runs them, and beside each round the
@@ -57,6 +57,8 @@
 //! copier, default 200), `COPY_REAL_LARGE_LEDGERS` (1,000-entry ledgers, default
 //! 100), `COPY_REAL_CONCURRENCY` (default `1,4,16,64`), `COPY_REAL_WINDOW` (the
 //! copy window, default 64), `COPY_REAL_ROUNDS` (default 6: each side goes first as often),
+//! `COPY_REAL_DISCARD_ROUNDS` (rounds run first and not reported, default 1: the first
+//! round after the warm-up is the costliest for the bookies, whichever copier meets it),
 //! `COPY_REAL_SERIAL=1` (also run the earlier loop), `COPY_REAL_JAVA_CONF`
 //! (the Java copier's client settings, `key=value,…`), `COPY_REAL_JAVA_JVM`
 //! (its JVM arguments, space-separated), `COPY_REAL_JAVA_READ_BATCH` (its
@@ -132,7 +134,7 @@ fn pattern() -> Bytes {
 }
 
 /// Writes `count` closed ledgers of `entries` × 1 KiB on `bk`, as a cursor's:
-/// ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, no password, Pulsar's
+/// the quorums of [`settings::quorums`] (E3/W2/A2 by default), CRC32C, no password, Pulsar's
 /// custom metadata. `BUILD_CONCURRENCY` ledgers are written at once.
 async fn write_source(
     bk: Arc<BookKeeperClient>,
@@ -141,12 +143,13 @@ async fn write_source(
     entries: usize,
 ) -> Vec<LedgerId> {
     let pattern = pattern();
+    let quorums = settings::quorums();
     let mut ids: Vec<LedgerId> = futures::stream::iter(0..count)
         .map(|l| {
             let (bk, pattern, set) = (bk.clone(), pattern.clone(), set.clone());
             tokio::spawn(async move {
                 let config = LedgerConfig::default()
-                    .with_quorums(3, 2, 2)
+                    .with_quorums(quorums.0, quorums.1, quorums.2)
                     .with_digest_type(DigestType::Crc32c)
                     .with_custom_metadata("application", b"pulsar".to_vec())
                     .with_custom_metadata("component", b"managed-ledger".to_vec())
@@ -521,7 +524,7 @@ fn main() {
         let mut sets = Vec::new();
         let mut java_sets = Vec::new();
         let mut serial_sets = Vec::new();
-        for r in 0..s.rounds {
+        for r in 0..s.rounds + s.discard_rounds {
             for c in &s.concurrency {
                 sets.push(write(format!("r{r}c{c}"), s.ledgers, SMALL_ENTRIES).await);
                 java_sets.push(write(format!("r{r}j{c}"), s.ledgers, SMALL_ENTRIES).await);
@@ -627,10 +630,26 @@ fn main() {
         .collect();
     let mut sets = sets.iter().zip(&java_sets);
     let mut serial_sets = serial_sets.iter();
-    for r in 0..s.rounds {
+    for r in 0..s.rounds + s.discard_rounds {
         for (i, &c) in s.concurrency.iter().enumerate() {
             let (ids, java_ids) = sets.next().unwrap();
-            let java_first = (r + i) % 2 == 1;
+            if r < s.discard_rounds {
+                // Run and not reported, each copier its own set, Rust first
+                // at one concurrency and Java at the next.
+                let java_first = i % 2 == 1;
+                if java_first {
+                    java_round(java_ids, c, true);
+                }
+                let rust = round(ids, SMALL_ENTRIES, c, Method::Streaming);
+                eprintln!("copy at {c}, discarded: {:.1} MiB/s", rust.mib_per_sec());
+                if !java_first {
+                    java_round(java_ids, c, false);
+                }
+                // The earlier loop's set of a discarded round stays unused.
+                let _ = serial_sets.next();
+                continue;
+            }
+            let java_first = (r - s.discard_rounds + i) % 2 == 1;
             let serial_ids = serial_sets.next();
             let serial_round = |points: &mut Vec<duel::Point>| {
                 if let Some(serial_ids) = serial_ids {

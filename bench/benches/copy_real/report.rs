@@ -120,8 +120,9 @@ pub(crate) fn report(s: &Settings, f: &Figures) {
         f.load_before,
         f.took.as_secs_f64()
     );
+    let (e, w, a) = super::settings::quorums();
     println!(
-        "Ledgers of ensemble 3 / write quorum 2 / ack quorum 2, CRC32C, {ENTRY_SIZE}-byte \
+        "Ledgers of ensemble {e} / write quorum {w} / ack quorum {a}, CRC32C, {ENTRY_SIZE}-byte \
          entries; copy window {}.",
         s.window
     );

@@ -47,6 +47,10 @@ pub(crate) struct Settings {
     pub(crate) window: usize,
     /// Rounds of the duel (each round: every concurrency, both copiers).
     pub(crate) rounds: usize,
+    /// Rounds run before those and not reported (`COPY_REAL_DISCARD_ROUNDS`,
+    /// default 1): the first round after the warm-up costs the bookies more
+    /// than any later one, for whichever copier meets it.
+    pub(crate) discard_rounds: usize,
     /// The pipelined Java copier's entries per read.
     pub(crate) java_read_batch: u32,
     /// The Java copier's client settings (`key=value`, comma-separated).
@@ -55,6 +59,21 @@ pub(crate) struct Settings {
     pub(crate) java_jvm: Vec<String>,
     /// Whether each round also runs the earlier copy loop (serial reads).
     pub(crate) serial: bool,
+}
+
+/// The source ledgers' ensemble, write and ack quorum sizes:
+/// `COPY_REAL_QUORUMS=e,w,a`, default `3,2,2` (striped: no client can read
+/// more than one entry per request from the Java client's batched reads;
+/// `2,2,2`, Pulsar's default, lets both copiers batch their reads).
+pub(crate) fn quorums() -> (u32, u32, u32) {
+    let parsed: Option<Vec<u32>> = std::env::var("COPY_REAL_QUORUMS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|q| q.trim().parse().ok()).collect());
+    match parsed.as_deref() {
+        Some(&[e, w, a]) if e >= w && w >= a && a >= 1 => (e, w, a),
+        Some(_) => panic!("COPY_REAL_QUORUMS must be e,w,a with e >= w >= a >= 1"),
+        None => (3, 2, 2),
+    }
 }
 
 pub(crate) fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -89,6 +108,7 @@ impl Settings {
             control_ledgers: 2 * BUILD_CONCURRENCY,
             window: env("COPY_REAL_WINDOW").unwrap_or(CopyOptions::default().window),
             rounds: env("COPY_REAL_ROUNDS").unwrap_or(if quick { 2 } else { 6 }),
+            discard_rounds: env("COPY_REAL_DISCARD_ROUNDS").unwrap_or(if quick { 0 } else { 1 }),
             java_read_batch: env("COPY_REAL_JAVA_READ_BATCH").unwrap_or(16),
             serial: env::<u8>("COPY_REAL_SERIAL").unwrap_or(0) != 0,
             java_jvm: std::env::var("COPY_REAL_JAVA_JVM")
@@ -127,7 +147,8 @@ pub(crate) fn check_space(s: &Settings) {
     // entry log: 4 KiB per 1 KiB entry, on the source and on the destination.
     // Each concurrency copies a set with the Rust copy and one with the Java copier.
     let sides = if s.serial { 3 } else { 2 };
-    let copied = (2 * s.warmup_ledgers + sides * s.rounds * s.concurrency.len() * s.ledgers)
+    let copied = (2 * s.warmup_ledgers
+        + sides * (s.rounds + s.discard_rounds) * s.concurrency.len() * s.ledgers)
         * SMALL_ENTRIES
         + (s.large_ledgers + s.control_ledgers) * LARGE_ENTRIES;
     // The raw adds on the destination (Java's and the Rust client's) and the

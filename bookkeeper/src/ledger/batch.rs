@@ -170,11 +170,20 @@ async fn batch_from(
         i32::try_from(count).unwrap_or(i32::MAX),
         MAX_FRAME_LEN as i64,
     );
+    // With speculative reads, a batch waits no longer than a single read
+    // waits before asking another replica: what it has not answered by then
+    // is read entry by entry, speculatively.
+    let config = &ctx.client.config;
+    let timeout = if config.speculative_read_timeout.is_zero() {
+        config.read_timeout
+    } else {
+        config.speculative_read_timeout.min(config.read_timeout)
+    };
     let (tx, rx) = oneshot::channel();
     conn.send(
         (OP_BATCH_READ, ctx.ledger_id, first),
         frame,
-        ctx.client.config.read_timeout,
+        timeout,
         Completion::Channel(tx),
     );
     let response = match rx.await {
