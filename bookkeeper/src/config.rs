@@ -82,8 +82,12 @@ pub struct ClientConfig {
     /// Java client batches only the first kind, and only through its
     /// `batchReadAsync`. Entries an answer leaves out are read one by one from
     /// their replicas, as without batches. Bookies before 4.17 close the
-    /// connection on a batched read: the client then reads that bookie entry
-    /// by entry for ten minutes; turn this off for clusters with such bookies.
+    /// connection on a batched read, failing whatever else was pending on it
+    /// (adds too, which then change their ensemble): the client reads such a
+    /// bookie entry by entry from then on, but **turn this off for clusters
+    /// with bookies before 4.17**. A connection lost for another reason
+    /// while a batch was pending has the same effect on that bookie until the
+    /// client is restarted (slower reads, never wrong ones).
     pub batch_reads: bool,
     /// Entries a recovery reads ahead and writes back at once (Java's
     /// `recoveryReadBatchSize` bounds the reads only). Default 64. A recovery's

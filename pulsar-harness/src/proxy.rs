@@ -72,11 +72,7 @@ impl PulsarProxyOptions {
     /// (`numIOThreads`, `brokerClient_connectionsPerBroker`, …). The ports and
     /// addresses are the harness's and are better left alone.
     pub fn conf(mut self, key: &str, value: impl ToString) -> Self {
-        let value = value.to_string();
-        match self.conf.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.conf.push((key.to_owned(), value)),
-        }
+        crate::standalone::set_conf(&mut self.conf, key, value.to_string());
         self
     }
 

@@ -63,11 +63,7 @@ impl StandaloneOptions {
     /// for PIP-188 migrations. The ports, `clusterName` and the addresses are
     /// the harness's and are better left alone.
     pub fn conf(mut self, key: &str, value: impl ToString) -> Self {
-        let value = value.to_string();
-        match self.conf.iter_mut().find(|(k, _)| k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.conf.push((key.to_owned(), value)),
-        }
+        set_conf(&mut self.conf, key, value.to_string());
         self
     }
 
@@ -508,6 +504,15 @@ pub(crate) fn free_port() -> Result<u16, HarnessError> {
         }
     }
     Err(HarnessError::new("no free port found"))
+}
+
+/// Sets `key` to `value` in a list of configuration lines, over an earlier
+/// value of the same key (the options' `conf` setters).
+pub(crate) fn set_conf(conf: &mut Vec<(String, String)>, key: &str, value: String) {
+    match conf.iter_mut().find(|(k, _)| k == key) {
+        Some(entry) => entry.1 = value,
+        None => conf.push((key.to_owned(), value)),
+    }
 }
 
 #[cfg(test)]

@@ -203,21 +203,9 @@ pub(crate) struct BookieConn {
     shut: AtomicBool,
     /// Requests sent to this bookie so far.
     sent: AtomicU64,
-    /// Until when batched reads are not sent to this bookie (milliseconds
-    /// since `BATCH_EPOCH`; 0: they are): a bookie older than 4.17 closes the
-    /// connection on one.
-    batch_refused_until: AtomicU64,
-}
-
-/// How long a bookie that lost a connection over a batched read is read
-/// entry by entry before a batch is tried again.
-pub(crate) const BATCH_REFUSAL: Duration = Duration::from_secs(600);
-
-static BATCH_EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-
-fn batch_clock_ms() -> u64 {
-    let epoch = *BATCH_EPOCH.get_or_init(std::time::Instant::now);
-    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// Whether batched reads are no longer sent to this bookie: a bookie
+    /// older than 4.17 closes the connection on one.
+    batch_refused: AtomicBool,
 }
 
 impl fmt::Debug for BookieConn {
@@ -244,32 +232,26 @@ impl BookieConn {
             next_id: AtomicU64::new(1),
             shut: AtomicBool::new(false),
             sent: AtomicU64::new(0),
-            batch_refused_until: AtomicU64::new(0),
+            batch_refused: AtomicBool::new(false),
         })
     }
 
-    /// Whether batched reads may be sent to this bookie now.
+    /// Whether batched reads may be sent to this bookie.
     pub(crate) fn batch_reads_allowed(&self) -> bool {
-        let until = self.batch_refused_until.load(Ordering::Relaxed);
-        until == 0 || batch_clock_ms() >= until
+        !self.batch_refused.load(Ordering::Relaxed)
     }
 
-    /// Reads this bookie entry by entry for [`BATCH_REFUSAL`]: the connection
-    /// was lost while a batched read was pending, as a bookie older than 4.17
-    /// does when it receives one (BookKeeper's Java client gives up batched
-    /// reads on its ledger handle for the same sign).
+    /// Reads this bookie entry by entry from now on: the connection was lost
+    /// while a batched read was pending, as a bookie older than 4.17 does
+    /// when it receives one. For good (this client's life), not for a while:
+    /// trying again would close the connection again, failing whatever else
+    /// was pending on it (adds, which would change the ensemble).
     pub(crate) fn refuse_batch_reads(&self) {
-        let until = batch_clock_ms().saturating_add(BATCH_REFUSAL.as_millis() as u64);
-        if self
-            .batch_refused_until
-            .swap(until.max(1), Ordering::Relaxed)
-            == 0
-        {
+        if !self.batch_refused.swap(true, Ordering::Relaxed) {
             warn!(
                 bookie = %self.bookie,
-                "connection lost over a batched read; reading this bookie entry by entry for {:?} \
-                 (bookies before BookKeeper 4.17 do not know batched reads)",
-                BATCH_REFUSAL
+                "connection lost over a batched read; reading this bookie entry by entry from \
+                 now on (bookies before BookKeeper 4.17 do not know batched reads)"
             );
         }
     }
