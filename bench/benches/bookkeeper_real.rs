@@ -8,7 +8,9 @@
 //! (needs Java 17 and the jars `scripts/fetch-java-deps.sh` fetches). Settings:
 //! - `BENCH_ENTRIES=N`: 1 KiB entries per add measurement at 64 in flight and
 //!   more (default 20,000); a tenth of it at 1 in flight, a sixteenth of it with
-//!   64 KiB entries;
+//!   64 KiB entries. For comparisons at 256 and 1,024 in flight use 200,000:
+//!   each round then holds two or three of the bookies' memtable flushes, which
+//!   in shorter rounds fall into one client's rounds or the other's by chance;
 //! - `BENCH_INFLIGHT=1,64,256,1024`: the adds in flight measured;
 //! - `BENCH_SIZES=1024,65536`: the entry sizes;
 //! - `BENCH_ROUNDS=N`: rounds, default 6 (medians are reported; an even
