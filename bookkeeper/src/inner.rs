@@ -137,6 +137,7 @@ impl ClientInner {
                 sweep_interval: sweep_interval(&self.config),
                 stats: self.wire_stats.clone(),
                 tls: self.tls.clone(),
+                hold_adds: self.config.add_coalescing,
             },
             resolver,
             self.runtime.clone(),

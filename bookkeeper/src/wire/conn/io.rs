@@ -25,6 +25,15 @@ pub(super) async fn writer(
                     p.flushing = false;
                     break;
                 }
+                if l.holds(&p) {
+                    p.flushing = false;
+                    p.held = true;
+                    break;
+                }
+                p.release = false;
+                p.held = false;
+                let adds = std::mem::take(&mut p.queued_adds);
+                p.adds_on_wire += adds;
                 let frames = std::mem::take(&mut p.queued_frames);
                 (std::mem::take(&mut p.out), frames)
             };
@@ -88,15 +97,22 @@ pub(super) const MAX_SLICES: usize = 256;
 pub(super) async fn reader(conn: Weak<BookieConn>, live: Arc<Live>, mut read: BoxRead) {
     let mut buf = BytesMut::with_capacity(RECEIVE_CHUNK);
     let reason = 'read: loop {
+        let mut answered = false;
         loop {
             match split_frame(&mut buf) {
                 Ok(Some(frame)) => match decode_response(frame) {
-                    Ok(response) => live.complete(response),
+                    Ok(response) => {
+                        live.complete(response);
+                        answered = true;
+                    }
                     Err(e) => warn!(error = %e, "undecodable response from bookie; ignored"),
                 },
                 Ok(None) => break,
                 Err(e) => break 'read format!("bad frame from the bookie: {e}"),
             }
+        }
+        if answered && live.hold_adds > 0 {
+            live.release();
         }
         // Room for the rest of the frame under way (its header is read) and
         // then some: a large entry arrives in few reads, and a new buffer is
@@ -140,7 +156,9 @@ pub(super) fn frame_rest(buf: &[u8]) -> usize {
 }
 
 pub(super) async fn sweeper(live: Weak<Live>, interval: Duration, bookie: String) {
-    let mut tick = tokio::time::interval(interval);
+    // The first sweep one interval after the connection opened (not at once:
+    // nothing can be overdue yet).
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -149,5 +167,7 @@ pub(super) async fn sweeper(live: Weak<Live>, interval: Duration, bookie: String
             return;
         }
         live.expire(Instant::now(), &bookie);
+        // However the answers go, nothing is held longer than a sweep.
+        live.release();
     }
 }

@@ -35,11 +35,42 @@ impl Live {
         // client), so that a bookie reads many requests per wake-up.
         pending.out.push(frame);
         pending.queued_frames += 1;
+        if key.0 == OP_ADD {
+            pending.queued_adds += 1;
+        }
         if !pending.flushing {
-            pending.flushing = true;
-            self.wake_writer.notify_one();
+            if self.holds(&pending) {
+                pending.held = true;
+            } else {
+                pending.flushing = true;
+                self.wake_writer.notify_one();
+            }
         }
         Ok(())
+    }
+
+    /// Whether what is queued waits for the bookie's next answer: with many
+    /// adds unanswered, that answer is near, and the requests queued until
+    /// then leave in one write and reach the bookie in one wake-up of its
+    /// threads.
+    pub(super) fn holds(&self, p: &PendingMap) -> bool {
+        self.hold_adds > 0
+            && !p.release
+            && p.adds_on_wire >= self.hold_adds
+            && (p.queued_frames as usize) < self.hold_adds
+    }
+
+    /// Lets held frames go: an answer came (or the sweeper ran).
+    pub(super) fn release(&self) {
+        let mut p = self.pending.lock();
+        if p.held && !p.out.is_empty() && !p.closed {
+            p.held = false;
+            p.release = true;
+            if !p.flushing {
+                p.flushing = true;
+                self.wake_writer.notify_one();
+            }
+        }
     }
 
     pub(super) fn complete(&self, response: Response) {
@@ -52,6 +83,9 @@ impl Live {
             let waiter = queue.pop_front();
             if queue.is_empty() {
                 pending.by_key.remove(&key);
+            }
+            if key.0 == OP_ADD {
+                pending.adds_on_wire = pending.adds_on_wire.saturating_sub(1);
             }
             waiter
         };
@@ -81,7 +115,9 @@ impl Live {
         let expired: Vec<Waiter> = {
             let mut pending = self.pending.lock();
             let mut expired = Vec::new();
-            pending.by_key.retain(|_, queue| {
+            let mut expired_adds = 0;
+            pending.by_key.retain(|key, queue| {
+                let before = expired.len();
                 while queue.front().is_some_and(|w| w.deadline <= now) {
                     expired.extend(queue.pop_front());
                 }
@@ -95,8 +131,12 @@ impl Live {
                         i += 1;
                     }
                 }
+                if key.0 == OP_ADD {
+                    expired_adds += expired.len() - before;
+                }
                 !queue.is_empty()
             });
+            pending.adds_on_wire = pending.adds_on_wire.saturating_sub(expired_adds);
             expired
         };
         for w in expired {

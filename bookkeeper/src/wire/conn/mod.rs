@@ -39,8 +39,10 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::codec::{decode_response, split_frame, Response};
+use super::codec::{decode_response, split_frame, Response, OP_ADD};
 
+#[cfg(test)]
+mod coalescing_tests;
 mod io;
 mod live;
 #[cfg(test)]
@@ -127,6 +129,16 @@ struct PendingMap {
     queued_frames: u64,
     /// Whether the writer task has been woken and not yet found `out` empty.
     flushing: bool,
+    /// Adds in `out`.
+    queued_adds: usize,
+    /// Adds written and not yet answered, failed or expired (at most: an add
+    /// that expired before it was written is taken off too).
+    adds_on_wire: usize,
+    /// Whether frames in `out` wait for the next answer (see
+    /// [`ConnSettings::hold_adds`]).
+    held: bool,
+    /// Whether the writer writes what is queued even if it would hold it.
+    release: bool,
 }
 
 /// A live connection: its socket's write side, its pending requests and its
@@ -137,6 +149,8 @@ struct Live {
     stats: Arc<WireStats>,
     pending: Mutex<PendingMap>,
     reader: Mutex<Option<tokio::task::AbortHandle>>,
+    /// [`ConnSettings::hold_adds`].
+    hold_adds: usize,
 }
 
 enum State {
@@ -154,6 +168,10 @@ pub(crate) struct ConnSettings {
     pub(crate) stats: Arc<WireStats>,
     /// TLS (started with `START_TLS` on every new connection), when set.
     pub(crate) tls: Option<super::tls::Tls>,
+    /// With at least this many adds written and unanswered on a connection,
+    /// new frames wait for the bookie's next answer (or for `hold_adds` of
+    /// them to queue) and leave together; 0: never.
+    pub(crate) hold_adds: usize,
 }
 
 type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
@@ -335,6 +353,7 @@ impl BookieConn {
                     stats: self.settings.stats.clone(),
                     pending: Mutex::new(PendingMap::default()),
                     reader: Mutex::new(None),
+                    hold_adds: self.settings.hold_adds,
                 });
                 self.runtime.spawn(writer(
                     Arc::downgrade(&live),

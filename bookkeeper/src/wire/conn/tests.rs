@@ -52,6 +52,7 @@ fn conn_with_stats(addr: SocketAddr, timeout: Duration, stats: Arc<WireStats>) -
             sweep_interval: Duration::from_millis(10),
             stats,
             tls: None,
+            hold_adds: 0,
         },
         resolver,
         Handle::current(),
