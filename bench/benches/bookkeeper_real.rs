@@ -10,7 +10,9 @@
 //!   more (default 20,000); a tenth of it at 1 in flight, a sixteenth of it with
 //!   64 KiB entries. For comparisons at 256 and 1,024 in flight use 200,000:
 //!   each round then holds two or three of the bookies' memtable flushes, which
-//!   in shorter rounds fall into one client's rounds or the other's by chance;
+//!   in shorter rounds fall into one client's rounds or the other's by chance
+//!   (such a run keeps about 12 GB of journals and entry logs in `TMPDIR` per
+//!   in-flight value at 6 rounds: measure one value per run on a tmpfs);
 //! - `BENCH_INFLIGHT=1,64,256,1024`: the adds in flight measured;
 //! - `BENCH_SIZES=1024,65536`: the entry sizes;
 //! - `BENCH_ROUNDS=N`: rounds, default 6 (medians are reported; an even
@@ -33,7 +35,14 @@
 //! - `BENCH_PIN=1`: the bookies on CPU 0, both clients on CPU 1;
 //! - `BENCH_RUST_WORKERS=N`: the Rust client's runtime's worker threads,
 //!   default 2;
-//! - `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies;
+//! - `BENCH_ADD_COALESCING=N`: the Rust client's `add_coalescing` (default 0,
+//!   off, as the client's default);
+//! - `BENCH_BOOKIES=pulsar`: the bookies configured as Pulsar's own
+//!   `conf/bookkeeper.conf` configures them (see [`PULSAR_BOOKIE_CONF`]: adds
+//!   handled on the bookies' I/O threads instead of a write thread, a 1 ms
+//!   journal group wait, `DbLedgerStorage`); default: BookKeeper's defaults;
+//! - `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies (applied
+//!   after `BENCH_BOOKIES`);
 //! - `BENCH_BOOKIE_JVM_ARGS`, `BENCH_PHASES=1`: extra JVM arguments for the
 //!   bookies, and each measurement's start and end on stderr (see `main`);
 //! - `BENCH_AA=rust` or `BENCH_AA=java`: an A/A run, the same client in both
@@ -121,6 +130,26 @@ use probes::*;
 use tables::*;
 use workload::*;
 
+/// The settings of Pulsar's `conf/bookkeeper.conf` (Pulsar 4.x) that differ
+/// from BookKeeper's defaults and bear on adds and reads; durability stays as
+/// the harness runs it (`journalSyncData=false`, on a temporary directory).
+const PULSAR_BOOKIE_CONF: &[&str] = &[
+    // Adds go from the bookie's Netty I/O thread straight to the journal,
+    // not through a write thread (BookKeeper's default is 1).
+    "numAddWorkerThreads=0",
+    "numReadWorkerThreads=8",
+    "numHighPriorityWorkerThreads=8",
+    "journalMaxGroupWaitMSec=1",
+    "numJournalCallbackThreads=8",
+    "journalFormatVersionToWrite=5",
+    "journalAlignmentSize=4096",
+    "journalRemoveFromPageCache=true",
+    "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+    "flushEntrylogBytes=33554432",
+    "readBufferSizeBytes=4096",
+    "fileInfoFormatVersionToWrite=0",
+];
+
 fn main() {
     if std::env::args().any(|a| a == "--list" || a.starts_with("--format")) {
         // `cargo bench -- --list` and friends: nothing to list.
@@ -165,6 +194,15 @@ fn main() {
         &unique_ledgers_root(),
     )
     .bookies(3);
+    match std::env::var("BENCH_BOOKIES").as_deref() {
+        Ok("pulsar") => {
+            for line in PULSAR_BOOKIE_CONF {
+                builder = builder.conf(*line);
+            }
+        }
+        Ok("") | Ok("bookkeeper") | Err(_) => {}
+        Ok(other) => panic!("BENCH_BOOKIES={other}: expected `pulsar` or `bookkeeper`"),
+    }
     // `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies' conf,
     // separated by spaces (e.g. Pulsar's storage, `ledgerStorageClass=
     // org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage`).
@@ -193,16 +231,19 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let bk =
-            BookKeeperClient::connect(&cluster.metadata_service_uri(), ClientConfig::default())
-                .await
-                .unwrap();
+            BookKeeperClient::connect(
+                &cluster.metadata_service_uri(),
+                ClientConfig::default().with_add_coalescing(env_or("BENCH_ADD_COALESCING", 0)),
+            )
+            .await
+            .unwrap();
         if env_or("BENCH_PIN", 0u32) != 0 {
             pin_processes(&cluster);
         }
         // Warm up: connections, and above all the JVMs' JIT compilers (a
         // profile of a short warm-up showed half of all CPU in the bookies'
         // compiler threads).
-        let (_, warm_ledger) = rust_adds(&bk, warmup, 1024, 64).await;
+        let (_, warm_ledger) = rust_adds_on_worker(&bk, warmup, 1024, 64).await;
         java.bench_add(&BenchAddOptions {
             entries: warmup,
             size: 1024,
@@ -245,7 +286,7 @@ fn main() {
                         let rust = runs_rust(client);
                         let meter = Meter::start(&cluster, &bk);
                         let (mut f, ledger) = if rust {
-                            rust_adds(&bk, n, size, inflight as usize).await
+                            rust_adds_on_worker(&bk, n, size, inflight as usize).await
                         } else {
                             let j = tokio::task::block_in_place(|| {
                                 java.bench_add(&BenchAddOptions {

@@ -8,13 +8,6 @@ pub(crate) type Series = BTreeMap<(String, u32, u32, &'static str), Vec<Figures>
 /// The bookies' CPU by thread group of one point, by client, over the rounds.
 pub(crate) type ThreadSeries = BTreeMap<(String, u32, u32, &'static str), Vec<GroupFigures>>;
 
-/// Where the bookies' CPU went, by thread group, Rust against Java: the
-/// groups that took at least 1 % of either client's bookie CPU, medians over
-/// the rounds, and the range over the rounds of the bookies' total.
-/// The bookies' CPU per entry round by round, with which client went first:
-/// the second client of a round meets the bookies as the first one left them
-/// (their caches, their memtable), so a median over an odd number of rounds
-/// puts one client first more often than the other.
 /// The points measured (operation, entry size, in flight), in order.
 pub(crate) fn points(series: &Series) -> Vec<(&'static str, u32, u32)> {
     let mut points: Vec<_> = series
@@ -26,6 +19,13 @@ pub(crate) fn points(series: &Series) -> Vec<(&'static str, u32, u32)> {
     points
 }
 
+/// The bookies' CPU per entry round by round, with which client went first:
+/// the second client of a round meets the bookies as the first one left them
+/// (their caches, their memtable), so a median over an odd number of rounds
+/// puts one client first more often than the other. For adds, also the
+/// paired comparison: the median over the rounds of each round's Rust / Java
+/// ratio (both clients of a round meet the same machine, so the round-to-round
+/// swings of the shared machine cancel out of each ratio).
 pub(crate) fn print_round_table(series: &Series) {
     println!();
     println!(
@@ -73,10 +73,22 @@ pub(crate) fn print_round_table(series: &Series) {
             mean(rust, |f| f.entries_per_sec),
             mean(java, |f| f.entries_per_sec),
             if op == "add" {
+                let ratios = |g: fn(&Figures) -> f64| {
+                    middle(rust.iter().zip(java).map(|(r, j)| g(r) / g(j)).collect())
+                };
+                let ahead = rust
+                    .iter()
+                    .zip(java)
+                    .filter(|(r, j)| r.entries_per_sec > j.entries_per_sec)
+                    .count();
                 format!(
-                    ", p99 {:.1} / {:.1} ms",
+                    ", p99 {:.1} / {:.1} ms; paired: median round ratio {:.2} (rate), {:.2} (p99), \
+                     Rust ahead in {ahead} of {} rounds",
                     mean(rust, |f| f.p99_us) / 1e3,
-                    mean(java, |f| f.p99_us) / 1e3
+                    mean(java, |f| f.p99_us) / 1e3,
+                    ratios(|f| f.entries_per_sec),
+                    ratios(|f| f.p99_us),
+                    rust.len().min(java.len()),
                 )
             } else {
                 String::new()
@@ -85,6 +97,9 @@ pub(crate) fn print_round_table(series: &Series) {
     }
 }
 
+/// Where the bookies' CPU went, by thread group, Rust against Java: the
+/// groups that took at least 1 % of either client's bookie CPU, medians over
+/// the rounds, and the range over the rounds of the bookies' total.
 pub(crate) fn print_thread_table(series: &Series, threads: &ThreadSeries) {
     println!();
     println!(
@@ -201,4 +216,18 @@ pub(crate) fn print_thread_table(series: &Series, threads: &ThreadSeries) {
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// The median of `v`, the mean of the two middle values for an even count.
+pub(crate) fn middle(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }

@@ -2,9 +2,28 @@
 //! reads.
 
 use super::*;
+use futures::FutureExt;
 
 pub(crate) fn payload(size: u32) -> Bytes {
     Bytes::from((0..size).map(|i| (i % 251) as u8).collect::<Vec<u8>>())
+}
+
+/// [`rust_adds`] in a task of the runtime, as an application's tasks run: the
+/// thread of `block_on` is not one of the runtime's workers, so every
+/// completion would wake it from another thread (a futex wake-up, and a wait
+/// for a CPU the bookies are using), and the adds' latencies would count that
+/// wake-up, where the Java side times each add in its callback on the thread
+/// that completed it.
+pub(crate) async fn rust_adds_on_worker(
+    bk: &BookKeeperClient,
+    entries: u32,
+    size: u32,
+    inflight: usize,
+) -> (Figures, i64) {
+    let bk = bk.clone();
+    tokio::spawn(async move { rust_adds(&bk, entries, size, inflight).await })
+        .await
+        .unwrap()
 }
 
 pub(crate) async fn rust_adds(
@@ -19,21 +38,31 @@ pub(crate) async fn rust_adds(
     let mut latencies = Vec::with_capacity(entries as usize);
     let mut pending = FuturesUnordered::new();
     let started = Instant::now();
-    for _ in 0..entries {
-        if pending.len() >= inflight {
-            let (r, took): (bkswitch_bk_client::Result<i64>, Duration) =
-                pending.next().await.unwrap();
+    let mut issued = 0u32;
+    while issued < entries {
+        while pending.len() < inflight && issued < entries {
+            // From before the call, as the Java side times it (the call
+            // encodes and sends the entry).
+            let sent = Instant::now();
+            let add = w.add_entry(payload.clone());
+            pending.push(async move {
+                let r = add.await;
+                (r, sent.elapsed())
+            });
+            issued += 1;
+        }
+        // One completion, then every other one already complete, each timed
+        // before the next add is made: the Java side times each add in its
+        // callback as it completes, on the client's own thread, while its
+        // issuing thread sends the next ones. Timing one, sending one, timing
+        // the next would count the sends in the later adds' latencies.
+        let (r, took): (bkswitch_bk_client::Result<i64>, Duration) = pending.next().await.unwrap();
+        r.unwrap();
+        latencies.push(took);
+        while let Some(Some((r, took))) = pending.next().now_or_never() {
             r.unwrap();
             latencies.push(took);
         }
-        // From before the call, as the Java side times it (the call encodes
-        // and sends the entry).
-        let sent = Instant::now();
-        let add = w.add_entry(payload.clone());
-        pending.push(async move {
-            let r = add.await;
-            (r, sent.elapsed())
-        });
     }
     while let Some((r, took)) = pending.next().await {
         r.unwrap();
