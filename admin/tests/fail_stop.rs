@@ -40,11 +40,23 @@ async fn a_node_whose_id_is_taken_by_a_live_node_stops_claiming() {
     let other_url = format!("http://{}", listener.local_addr().unwrap());
     let other = root.new_session();
     let path = format!("{DEFAULT_NODES_ROOT}/node-1");
-    root.delete(&path, ExpectedVersion::Any).await.unwrap();
-    other
-        .create(&path, &impostor(&other_url), CreateMode::EPHEMERAL)
-        .await
-        .unwrap();
+    // The node, seeing its registration gone, may register again before the
+    // other node's create lands (as it should while it still holds the id):
+    // take the id again until the other node holds it.
+    let mut attempts = 0;
+    loop {
+        let _ = root.delete(&path, ExpectedVersion::Any).await;
+        match other
+            .create(&path, &impostor(&other_url), CreateMode::EPHEMERAL)
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                attempts += 1;
+                assert!(attempts < 50, "the other node never got the id: {e}");
+            }
+        }
+    }
     let owners_before = tree(&root).await;
 
     tokio::time::timeout(Duration::from_secs(20), stopped.wait_for(|r| r.is_some()))
