@@ -100,6 +100,10 @@ pub struct EtcdCluster {
     members: Mutex<Vec<Member>>,
     initial_cluster: String,
     token: String,
+    /// Whether the members' wrappers remove the folder when the test process
+    /// ends: the shared cluster lives in a `static`, which is never dropped,
+    /// so its `TempDir` would never remove it.
+    remove_at_exit: bool,
 }
 
 impl fmt::Debug for EtcdCluster {
@@ -158,6 +162,14 @@ impl EtcdCluster {
         members: usize,
         tls: Option<EtcdServerTls>,
     ) -> Result<EtcdCluster, StartError> {
+        Self::try_start_inner(members, tls, false)
+    }
+
+    fn try_start_inner(
+        members: usize,
+        tls: Option<EtcdServerTls>,
+        remove_at_exit: bool,
+    ) -> Result<EtcdCluster, StartError> {
         check_installation()?;
         if members == 0 {
             return Err(StartError::new("an etcd cluster needs at least one member"));
@@ -190,6 +202,7 @@ impl EtcdCluster {
                 members: Mutex::new(list),
                 initial_cluster,
                 token: format!("bkswitch-{:08x}", random_u32()),
+                remove_at_exit,
             };
             let launched = (0..members).try_for_each(|i| cluster.launch(i));
             match launched.and_then(|()| cluster.wait_healthy(START_TIMEOUT)) {
@@ -448,9 +461,14 @@ impl EtcdCluster {
                 command.arg("--client-cert-auth");
             }
         }
-        let process =
-            GuardedProcess::spawn(&command, self.root.path(), &log, GuardedIo::Log, false)
-                .map_err(|e| StartError::new(format!("cannot start etcd: {e}")))?;
+        let process = GuardedProcess::spawn(
+            &command,
+            self.root.path(),
+            &log,
+            GuardedIo::Log,
+            self.remove_at_exit,
+        )
+        .map_err(|e| StartError::new(format!("cannot start etcd: {e}")))?;
         member.running = Some(process);
         Ok(())
     }
@@ -487,12 +505,17 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 /// that kill or pause members must start their own with
 /// [`EtcdCluster::start`].
 ///
+/// The cluster is never dropped; its process is killed and its folder
+/// removed when the test process exits.
+///
 /// # Panics
 ///
 /// Panics (in every caller) when etcd cannot be started.
 pub fn shared() -> &'static EtcdCluster {
     static SHARED: OnceLock<Result<EtcdCluster, String>> = OnceLock::new();
-    match SHARED.get_or_init(|| EtcdCluster::try_start(1).map_err(|e| e.to_string())) {
+    match SHARED
+        .get_or_init(|| EtcdCluster::try_start_inner(1, None, true).map_err(|e| e.to_string()))
+    {
         Ok(cluster) => cluster,
         Err(message) => panic!("the shared etcd server is unavailable: {message}"),
     }

@@ -39,3 +39,64 @@ fn three_members_survive_the_leader_kill_and_restart() {
         .wait_healthy(Duration::from_secs(30))
         .expect("healthy after restart");
 }
+
+const HELPER_ENV: &str = "BKSWITCH_ETCD_HARNESS_HELPER";
+
+/// Not a test on its own: the body of the child process spawned by
+/// `the_shared_cluster_leaves_nothing_when_its_process_exits`. Does nothing
+/// unless the helper variable is set.
+#[test]
+fn helper_process() {
+    if std::env::var(HELPER_ENV).is_err() {
+        return;
+    }
+    let cluster = shared();
+    println!(
+        "DIR {} ENDPOINT {}",
+        cluster.dir().display(),
+        cluster.endpoint(0)
+    );
+    use std::io::Write;
+    std::io::stdout().flush().expect("flush");
+    std::process::exit(0);
+}
+
+/// The shared cluster lives in a `static`, never dropped: its etcd process
+/// must still end and its folder (two 64 MB write-ahead files) be removed
+/// when the test process exits, or every test binary leaves one behind.
+#[test]
+fn the_shared_cluster_leaves_nothing_when_its_process_exits() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            "helper_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .expect("run helper");
+    let (dir, endpoint) = BufReader::new(&out.stdout[..])
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let (_, rest) = line.split_once("DIR ")?;
+            let (dir, endpoint) = rest.split_once(" ENDPOINT ")?;
+            Some((std::path::PathBuf::from(dir), endpoint.to_owned()))
+        })
+        .expect("the helper printed its cluster");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while dir.exists() || std::net::TcpStream::connect(&endpoint).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} or etcd at {endpoint} outlived its test process",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
