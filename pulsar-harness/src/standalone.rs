@@ -360,13 +360,18 @@ async fn launch(
     ports: [u16; 3],
 ) -> Result<PulsarStandalone, Launch> {
     let failed = |e: String| Launch::Failed(HarnessError::new(e));
-    for sub in ["metadata", "bookkeeper"] {
+    // `tmp`: the JVM's temporary folder (RocksDB extracts its 13 MB native
+    // library there at every start, and a killed JVM never deletes it).
+    for sub in ["metadata", "bookkeeper", "tmp"] {
         let path = dir.join(sub);
         if path.exists() {
             fs::remove_dir_all(&path)
                 .map_err(|e| failed(format!("cannot clear {}: {e}", path.display())))?;
         }
     }
+    let tmp = dir.join("tmp");
+    fs::create_dir_all(&tmp)
+        .map_err(|e| failed(format!("cannot create {}: {e}", tmp.display())))?;
     let write = |name: &str, text: &str| {
         fs::write(dir.join(name), text)
             .map_err(|e| failed(format!("cannot write {}: {e}", dir.join(name).display())))
@@ -393,6 +398,7 @@ async fn launch(
         ))
         .args(["-XX:+UseSerialGC", "-XX:-UsePerfData"])
         .args(PULSAR_JAVA_FLAGS)
+        .arg(format!("-Djava.io.tmpdir={}", dir.join("tmp").display()))
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
             dir.join("log4j2.properties").display()

@@ -73,7 +73,9 @@ impl BkCluster {
             None => free_port()?,
         };
         bookie.id = configured("bookieId").unwrap_or_else(|| format!("127.0.0.1:{}", bookie.port));
-        for sub in ["journal", "ledgers"] {
+        // `tmp`: the JVM's temporary folder (RocksDB extracts its 13 MB native
+        // library there at every start, and a killed JVM never deletes it).
+        for sub in ["journal", "ledgers", "tmp"] {
             let path = bookie.dir.join(sub);
             if path.exists() {
                 fs::remove_dir_all(&path).map_err(|e| {
@@ -85,7 +87,9 @@ impl BkCluster {
         let log4j = bookie.dir.join("log4j2.properties");
         fs::write(&log4j, &self.settings.log4j)
             .map_err(|e| StartError::new(format!("cannot write {}: {e}", log4j.display())))?;
-        for sub in ["journal", "ledgers"] {
+        // `tmp`: the JVM's temporary folder (RocksDB extracts its 13 MB native
+        // library there at every start, and a killed JVM never deletes it).
+        for sub in ["journal", "ledgers", "tmp"] {
             let path = bookie.dir.join(sub);
             fs::create_dir_all(&path)
                 .map_err(|e| StartError::new(format!("cannot create {}: {e}", path.display())))?;
@@ -145,6 +149,10 @@ impl BkCluster {
             ))
             .args(["-XX:+UseSerialGC", "-XX:-UsePerfData"])
             .args(JAVA_17_FLAGS)
+            .arg(format!(
+                "-Djava.io.tmpdir={}",
+                bookie.dir.join("tmp").display()
+            ))
             .arg(format!(
                 "-Dlog4j2.configurationFile={}",
                 bookie.dir.join("log4j2.properties").display()
