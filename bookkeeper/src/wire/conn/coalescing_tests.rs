@@ -176,7 +176,9 @@ async fn a_bookie_that_does_not_answer_holds_requests_no_longer_than_a_sweep() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn off_by_default_nothing_waits() {
+async fn off_by_default_nothing_waits_and_requests_leave_in_call_order() {
+    // (The first requests wait for the connection; those sent once it is up
+    // must still leave after them.)
     let mut r = rig(0, Duration::from_secs(3600)).await;
     let _first: Vec<Answer> = (0..64).map(|e| add(&r.conn, e)).collect();
     seen_exactly(&mut r.seen, &(0..64).collect::<Vec<_>>()).await;

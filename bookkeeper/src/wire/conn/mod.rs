@@ -49,6 +49,7 @@ mod live;
 mod tests;
 
 use io::{reader, sweeper, writer};
+use live::Rejected;
 
 /// How a request is matched to its response: `(opcode, ledger id, entry id)`.
 pub(crate) type Key = (u8, i64, i64);
@@ -370,7 +371,10 @@ impl BookieConn {
                     self.settings.sweep_interval,
                     self.bookie.clone(),
                 ));
-                let queued = {
+                // The requests that waited for the connection are queued on it
+                // under the state lock, so that a request sent once it is ready
+                // (which takes that lock) leaves after them, in call order.
+                let rejected: Vec<Rejected> = {
                     let mut state = self.state.lock();
                     let queued = match std::mem::replace(&mut *state, State::Ready(live.clone())) {
                         State::Connecting(queue) => queue,
@@ -380,14 +384,18 @@ impl BookieConn {
                         *state = State::Idle;
                     }
                     queued
+                        .into_iter()
+                        .filter_map(|(key, frame, timeout, completion)| {
+                            live.submit(key, frame, timeout, completion).err()
+                        })
+                        .collect()
                 };
-                for (key, frame, timeout, completion) in queued {
-                    if let Err(c) = live.submit(key, frame, timeout, completion) {
-                        c.completion.complete(Err(self.error(
-                            ConnErrorKind::Closed,
-                            "connection closed right after it opened",
-                        )));
-                    }
+                // Completed outside the lock: a completion may send again.
+                for c in rejected {
+                    c.completion.complete(Err(self.error(
+                        ConnErrorKind::Closed,
+                        "connection closed right after it opened",
+                    )));
                 }
                 if self.shut.load(Ordering::Acquire) {
                     live.fail_all(&self.bookie, "client closed");
