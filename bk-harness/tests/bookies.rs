@@ -308,6 +308,19 @@ fn java_benchmarks_run() {
     assert_eq!(add.entries, 500);
     assert!(add.seconds > 0.0 && add.entries_per_sec > 0.0 && add.mib_per_sec > 0.0);
     assert!(add.p50_micros > 0.0 && add.p99_micros >= add.p50_micros);
+    // Timed from the window's release, an add waits at least as long as from
+    // its call; on average at most the window is in flight, and some are.
+    assert!(
+        add.window_p99_micros >= add.p99_micros,
+        "p99 from the window {} < p99 from the call {}",
+        add.window_p99_micros,
+        add.p99_micros
+    );
+    assert!(
+        add.in_flight > 0.0 && add.in_flight <= 50.0,
+        "in flight on average: {}",
+        add.in_flight
+    );
     let read = java.bench_read(add.ledger_id, 100).expect("benchRead");
     assert_eq!(read.entries, 500);
     assert!(read.entries_per_sec > 0.0);

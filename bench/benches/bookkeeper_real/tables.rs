@@ -30,7 +30,7 @@ pub(crate) fn print_round_table(series: &Series) {
     println!();
     println!(
         "The bookies' CPU µs per entry, round by round (Rust / Java; `R` or `J`: who went first; \
-         for adds also the p99 and the rate):"
+         for adds also the p99 from the call and from the window, and the rate):"
     );
     println!();
     for (op, size, inflight) in points(series) {
@@ -46,11 +46,14 @@ pub(crate) fn print_round_table(series: &Series) {
                 let first = if i % 2 == 0 { 'R' } else { 'J' };
                 if op == "add" {
                     format!(
-                        "{first} {:.1} / {:.1} (p99 {:.1} / {:.1} ms, {:.0} / {:.0} entries/s)",
+                        "{first} {:.1} / {:.1} (p99 {:.1} / {:.1} ms, from the window {:.1} / {:.1} ms, \
+                         {:.0} / {:.0} entries/s)",
                         r.bookie_cpu_us,
                         j.bookie_cpu_us,
                         r.p99_us / 1e3,
                         j.p99_us / 1e3,
+                        r.window_p99_us / 1e3,
+                        j.window_p99_us / 1e3,
                         r.entries_per_sec,
                         j.entries_per_sec
                     )
@@ -82,12 +85,18 @@ pub(crate) fn print_round_table(series: &Series) {
                     .filter(|(r, j)| r.entries_per_sec > j.entries_per_sec)
                     .count();
                 format!(
-                    ", p99 {:.1} / {:.1} ms; paired: median round ratio {:.2} (rate), {:.2} (p99), \
+                    ", p99 {:.1} / {:.1} ms, from the window {:.1} / {:.1} ms, in flight {:.0} / {:.0}; \
+                     paired: median round ratio {:.2} (rate), {:.2} (p99), {:.2} (p99 from the window), \
                      Rust ahead in {ahead} of {} rounds",
                     mean(rust, |f| f.p99_us) / 1e3,
                     mean(java, |f| f.p99_us) / 1e3,
+                    mean(rust, |f| f.window_p99_us) / 1e3,
+                    mean(java, |f| f.window_p99_us) / 1e3,
+                    mean(rust, |f| f.in_flight),
+                    mean(java, |f| f.in_flight),
                     ratios(|f| f.entries_per_sec),
                     ratios(|f| f.p99_us),
+                    ratios(|f| f.window_p99_us),
                     rust.len().min(java.len()),
                 )
             } else {

@@ -35,7 +35,9 @@ pub(crate) async fn rust_adds(
     let cfg = LedgerConfig::default().with_quorums(3, 2, 2);
     let w = bk.create_ledger(&cfg).await.unwrap();
     let payload = payload(size);
-    let mut latencies = Vec::with_capacity(entries as usize);
+    // Each add's call and completion instants, by the order of the calls.
+    let mut sent_at = Vec::with_capacity(entries as usize);
+    let mut done_at = vec![None; entries as usize];
     let mut pending = FuturesUnordered::new();
     let started = Instant::now();
     let mut issued = 0u32;
@@ -43,11 +45,12 @@ pub(crate) async fn rust_adds(
         while pending.len() < inflight && issued < entries {
             // From before the call, as the Java side times it (the call
             // encodes and sends the entry).
-            let sent = Instant::now();
+            sent_at.push(Instant::now());
             let add = w.add_entry(payload.clone());
+            let index = issued as usize;
             pending.push(async move {
                 let r = add.await;
-                (r, sent.elapsed())
+                (r, index, Instant::now())
             });
             issued += 1;
         }
@@ -56,31 +59,85 @@ pub(crate) async fn rust_adds(
         // callback as it completes, on the client's own thread, while its
         // issuing thread sends the next ones. Timing one, sending one, timing
         // the next would count the sends in the later adds' latencies.
-        let (r, took): (bkswitch_bk_client::Result<i64>, Duration) = pending.next().await.unwrap();
+        let (r, index, done) = pending.next().await.unwrap();
         r.unwrap();
-        latencies.push(took);
-        while let Some(Some((r, took))) = pending.next().now_or_never() {
+        done_at[index] = Some(done);
+        while let Some(Some((r, index, done))) = pending.next().now_or_never() {
             r.unwrap();
-            latencies.push(took);
+            done_at[index] = Some(done);
         }
     }
-    while let Some((r, took)) = pending.next().await {
+    while let Some((r, index, done)) = pending.next().await {
         r.unwrap();
-        latencies.push(took);
+        done_at[index] = Some(done);
     }
     let seconds = started.elapsed().as_secs_f64();
     w.close().await.unwrap();
-    latencies.sort();
+    let done_at: Vec<Instant> = done_at.into_iter().map(Option::unwrap).collect();
+    let timing = AddTiming::new(started, &sent_at, &done_at, inflight);
     (
         Figures {
             entries_per_sec: f64::from(entries) / seconds,
             mib_per_sec: f64::from(entries) * f64::from(size) / 1048576.0 / seconds,
-            p50_us: percentile(&latencies, 0.50),
-            p99_us: percentile(&latencies, 0.99),
+            p50_us: percentile(&timing.from_call, 0.50),
+            p99_us: percentile(&timing.from_call, 0.99),
+            window_p99_us: percentile(&timing.from_window, 0.99),
+            in_flight: timing.in_flight,
             ..Figures::default()
         },
         w.id(),
     )
+}
+
+/// The latencies of a run of adds through a window, two ways (the Java
+/// side computes the same from its own instants).
+pub(crate) struct AddTiming {
+    /// Each add from its call to its completion, sorted.
+    pub(crate) from_call: Vec<Duration>,
+    /// Each add from the moment the window let it go to its completion,
+    /// sorted: the run's start for the first window's adds, then the
+    /// completion that freed a place (the `k`-th add after the first window
+    /// gets the place of the `k`-th completion in time). Whatever the
+    /// issuing loop does between a completion and the next call counts
+    /// here; with a loop that keeps up, both are nearly the same.
+    pub(crate) from_window: Vec<Duration>,
+    /// Adds in flight on average, from the call to the completion (the sum
+    /// of the latencies from the call over the wall time; Little's law).
+    pub(crate) in_flight: f64,
+}
+
+impl AddTiming {
+    /// From the run's start, each add's call and completion instants (in the
+    /// order of the calls) and the window.
+    pub(crate) fn new(started: Instant, sent: &[Instant], done: &[Instant], window: usize) -> Self {
+        let mut from_call: Vec<Duration> = sent.iter().zip(done).map(|(s, d)| *d - *s).collect();
+        let wall = done.iter().max().map_or(Duration::ZERO, |d| *d - started);
+        let total: Duration = from_call.iter().sum();
+        let mut freed = done.to_vec();
+        freed.sort();
+        let mut from_window: Vec<Duration> = (0..sent.len())
+            .map(|i| {
+                let free = if i < window {
+                    started
+                } else {
+                    freed[i - window].min(sent[i])
+                };
+                done[i] - free
+            })
+            .collect();
+        from_call.sort();
+        from_window.sort();
+        let in_flight = if wall.is_zero() {
+            0.0
+        } else {
+            total.as_secs_f64() / wall.as_secs_f64()
+        };
+        Self {
+            from_call,
+            from_window,
+            in_flight,
+        }
+    }
 }
 
 pub(crate) async fn rust_sequential_reads(bk: &BookKeeperClient, ledger_id: i64) -> (Figures, u64) {

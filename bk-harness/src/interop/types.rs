@@ -299,8 +299,18 @@ pub struct BenchAddResult {
     pub mib_per_sec: f64,
     /// Median add latency, µs.
     pub p50_micros: f64,
-    /// 99th percentile add latency, µs.
+    /// 99th percentile add latency, µs, each add timed from the call.
     pub p99_micros: f64,
+    /// 99th percentile add latency, µs, each add timed from the moment the
+    /// window let it go: the completion that freed its permit (the start,
+    /// for the first window's adds). This counts the time a freed permit
+    /// waits for the issuing thread, which the latency from the call leaves
+    /// out.
+    pub window_p99_micros: f64,
+    /// Adds in flight on average, from the call to the completion (the sum
+    /// of their latencies over the wall time): at most the window, less when
+    /// the issuing thread lags behind the completions.
+    pub in_flight: f64,
 }
 
 /// The result of [`JavaClient::bench_read`](super::JavaClient::bench_read).
