@@ -35,6 +35,8 @@
 //! - `BENCH_PIN=1`: the bookies on CPU 0, both clients on CPU 1;
 //! - `BENCH_RUST_WORKERS=N`: the Rust client's runtime's worker threads,
 //!   default 2;
+//! - `BENCH_JAVA_CONF`: extra `key=value` settings of the Java client,
+//!   separated by spaces (e.g. `numIOThreads=1 numWorkerThreads=1`);
 //! - `BENCH_ADD_COALESCING=N`: the Rust client's `add_coalescing` (default 0,
 //!   off, as the client's default);
 //! - `BENCH_BOOKIES=pulsar`: the bookies configured as Pulsar's own
@@ -43,6 +45,9 @@
 //!   journal group wait, `DbLedgerStorage`); default: BookKeeper's defaults;
 //! - `BENCH_BOOKIE_CONF`: extra `key=value` lines for the bookies (applied
 //!   after `BENCH_BOOKIES`);
+//! - `BENCH_TRACE=<dir>`: every add of every measurement, both clients, as
+//!   "call completion" lines (ns from the measurement's start, in the order
+//!   of the calls), one file per measurement in `<dir>`;
 //! - `BENCH_BOOKIE_JVM_ARGS`, `BENCH_PHASES=1`: extra JVM arguments for the
 //!   bookies, and each measurement's start and end on stderr (see `main`);
 //! - `BENCH_AA=rust` or `BENCH_AA=java`: an A/A run, the same client in both
@@ -237,9 +242,20 @@ fn main() {
     let cluster = builder.start();
     // Pulsar turns the Java client's add/read throttle (5,000 permits/s by
     // default) off; so does this comparison.
-    let java = JavaClient::builder(&cluster.metadata_service_uri())
-        .conf("throttle", "0")
-        .start();
+    let mut java = JavaClient::builder(&cluster.metadata_service_uri()).conf("throttle", "0");
+    // `BENCH_JAVA_CONF`: extra `key=value` settings of the Java client's
+    // `ClientConfiguration`, separated by spaces (e.g. its thread counts,
+    // `numIOThreads=1 numWorkerThreads=1`).
+    for line in std::env::var("BENCH_JAVA_CONF")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        let Some((key, value)) = line.split_once('=') else {
+            panic!("BENCH_JAVA_CONF: `{line}` is not key=value");
+        };
+        java = java.conf(key, value);
+    }
+    let java = java.start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(env_or("BENCH_RUST_WORKERS", 2))
         .enable_all()

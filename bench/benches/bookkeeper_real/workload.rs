@@ -74,6 +74,9 @@ pub(crate) async fn rust_adds(
     let seconds = started.elapsed().as_secs_f64();
     w.close().await.unwrap();
     let done_at: Vec<Instant> = done_at.into_iter().map(Option::unwrap).collect();
+    if let Ok(dir) = std::env::var("BENCH_TRACE") {
+        write_trace(&dir, "rust", started, &sent_at, &done_at);
+    }
     let timing = AddTiming::new(started, &sent_at, &done_at, inflight);
     (
         Figures {
@@ -87,6 +90,26 @@ pub(crate) async fn rust_adds(
         },
         w.id(),
     )
+}
+
+/// `BENCH_TRACE`: each add of a run, in the order of the calls, as a line
+/// "call completion" in ns from the run's start, in `<dir>/<ms since the
+/// epoch>-<client>.txt` (the Java side writes the same from its instants).
+fn write_trace(dir: &str, client: &str, started: Instant, sent: &[Instant], done: &[Instant]) {
+    let mut out = String::with_capacity(sent.len() * 24);
+    for (s, d) in sent.iter().zip(done) {
+        out += &format!(
+            "{} {}\n",
+            (*s - started).as_nanos(),
+            (*d - started).as_nanos()
+        );
+    }
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let path = format!("{dir}/{ms}-{client}.txt");
+    std::fs::write(&path, out).unwrap_or_else(|e| panic!("BENCH_TRACE: cannot write {path}: {e}"));
 }
 
 /// The latencies of a run of adds through a window, two ways (the Java
