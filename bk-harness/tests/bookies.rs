@@ -574,17 +574,7 @@ fn no_jvm_outlives_the_test_process() {
         return;
     }
     let _heavy = heavy();
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "helper_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+    let mut child = bkswitch_zk_harness::helper_test_command("helper_process", HELPER_ENV, "1")
         .spawn()
         .expect("spawn helper");
     let stdout = child.stdout.take().expect("stdout");

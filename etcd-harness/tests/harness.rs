@@ -67,18 +67,7 @@ fn helper_process() {
 #[test]
 fn the_shared_cluster_leaves_nothing_when_its_process_exits() {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            "helper_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+    let out = bkswitch_zk_harness::helper_test_command("helper_process", HELPER_ENV, "1")
         .output()
         .expect("run helper");
     let (dir, endpoint) = BufReader::new(&out.stdout[..])

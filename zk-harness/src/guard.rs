@@ -309,3 +309,26 @@ impl Drop for GuardedProcess {
         }
     }
 }
+
+/// A command that runs the current test binary again as a child process,
+/// with only the test `test` (exact name, output shown, one thread) and the
+/// environment variable `env` set to `value`; its standard output is piped,
+/// its standard error discarded.
+///
+/// For tests of what happens when a process that uses a harness exits: the
+/// named test, seeing `env`, starts what it must (a shared server, a
+/// cluster), prints what the parent needs to watch on standard output, then
+/// exits or waits as `value` tells it; the parent reads those lines and
+/// checks that nothing outlives the child.
+pub fn helper_test_command(test: &str, env: &str, value: &str) -> Command {
+    let exe = std::env::current_exe().unwrap_or_else(|e| {
+        panic!("cannot find the running test binary to run `{test}` as a helper: {e}")
+    });
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    command
+}

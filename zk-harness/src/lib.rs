@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 pub use ensemble::ZkEnsemble;
-pub use guard::{GuardedIo, GuardedProcess};
+pub use guard::{helper_test_command, GuardedIo, GuardedProcess};
 pub use netcut::NetCut;
 pub use proxy::{FaultProxy, LinkMode};
 

@@ -4,10 +4,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bkswitch_zk_harness::{shared, unique_chroot, ZkServer};
+use bkswitch_zk_harness::{helper_test_command, shared, unique_chroot, ZkServer};
 use zookeeper_async::{Acl, CreateMode, ZooKeeper};
 
 const HELPER_ENV: &str = "BKSWITCH_ZK_HARNESS_HELPER";
@@ -134,17 +133,7 @@ fn helper_process() {
 }
 
 fn spawn_helper(mode: &str) -> (std::process::Child, u16, PathBuf) {
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "helper_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+    let mut child = helper_test_command("helper_process", HELPER_ENV, mode)
         .spawn()
         .expect("spawn helper");
     let stdout = child.stdout.take().expect("stdout");
