@@ -32,10 +32,18 @@ use bkswitch_bk_client::{
     WriteHandle,
 };
 use bytes::Bytes;
+// An add's answer reaches its caller through `futures`' oneshot, not tokio's:
+// tokio's spends the awaiting task's cooperative budget (128 polls), so a task
+// that keeps a window of adds in flight and takes their answers as they come
+// could take only 128 per turn and then queued behind the connections' tasks
+// before the next 128, the rest waiting although answered. Measured: on
+// Pulsar's bookies at 1,024 adds in flight that wait set the p99 (RESULTS,
+// bookkeeper_real). The caller's own I/O still spends its budget.
+use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info};
 
 use super::read::{check_range, read_range};
