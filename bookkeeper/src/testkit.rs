@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bkswitch_bk_client::{BkError, BkErrorKind, DigestType};
-use bkswitch_metadata_store::{ExpectedVersion, MetadataStore};
+use bkswitch_metadata_store::{ExpectedVersion, MemoryStore, MetadataStore};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +26,7 @@ use crate::digest::{master_key, DigestManager};
 use crate::wire::codec::{
     decode_response, encode_add, header_word, rc, split_frame, EntryHeader, OP_ADD, OP_READ,
 };
+use crate::{BookKeeperClient, ClientConfig};
 
 /// What a fake bookie answers for one ledger.
 #[derive(Debug, Clone, Copy)]
@@ -95,6 +96,25 @@ impl FakeBookies {
             ledgers,
             tasks,
         })
+    }
+
+    /// `count` fake bookies registered in a new [`MemoryStore`] under
+    /// `/ledgers`, and a client of them with `config`: the whole set-up of a
+    /// test of the client without a cluster.
+    ///
+    /// # Errors
+    /// As [`FakeBookies::start`] and [`BookKeeperClient::with_store`].
+    pub async fn with_client(
+        count: usize,
+        config: ClientConfig,
+    ) -> Result<(FakeBookies, BookKeeperClient), BkError> {
+        let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let fakes = FakeBookies::start(&store, "/ledgers", count).await?;
+        // The address in the URI is not used: the client reads `store`.
+        let bk =
+            BookKeeperClient::with_store(store, "zk+hierarchical://127.0.0.1:2181/ledgers", config)
+                .await?;
+        Ok((fakes, bk))
     }
 
     /// The bookies' ids (`127.0.0.1:port`).

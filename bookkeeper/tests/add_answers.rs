@@ -4,27 +4,18 @@
 //! turn behind the connections' tasks. The bookies are the test kit's fake
 //! bookies; the metadata is a `MemoryStore`.
 
-use std::sync::Arc;
-
 use bkswitch_bk_client::{BookKeeper, LedgerConfig, WriteHandle};
 use bkswitch_bookkeeper::testkit::{generated_payload, FakeBookies};
-use bkswitch_bookkeeper::{BookKeeperClient, ClientConfig};
-use bkswitch_metadata_store::{MemoryStore, MetadataStore};
+use bkswitch_bookkeeper::ClientConfig;
 use futures::FutureExt;
 
 const ADDS: i64 = 1_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answered_adds_are_all_ready_in_one_turn_of_the_awaiting_task() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let _fakes = FakeBookies::start(&store, "/ledgers", 3).await.unwrap();
-    let bk = BookKeeperClient::with_store(
-        store.clone(),
-        "zk+hierarchical://127.0.0.1:2181/ledgers",
-        ClientConfig::default(),
-    )
-    .await
-    .unwrap();
+    let (_fakes, bk) = FakeBookies::with_client(3, ClientConfig::default())
+        .await
+        .unwrap();
     let w = bk
         .create_ledger(&LedgerConfig::default().with_quorums(3, 2, 2))
         .await

@@ -6,15 +6,12 @@
 //! client stops sending them to that bookie. (A bookie that stalls while it
 //! holds a batch: `production.rs`, with speculative reads.)
 
-use std::sync::Arc;
-
 use bkswitch_bk_client::{
     BookKeeper, DigestType, LedgerConfig, LedgerEntry, ReadHandle, WriteHandle,
 };
 use bkswitch_bk_harness::BkCluster;
 use bkswitch_bookkeeper::testkit::{generated_payload, FakeBookies};
 use bkswitch_bookkeeper::{BookKeeperClient, ClientConfig};
-use bkswitch_metadata_store::{MemoryStore, MetadataStore};
 use bytes::Bytes;
 use futures::stream::{FuturesOrdered, StreamExt};
 
@@ -107,15 +104,9 @@ async fn batched_reads_return_what_single_reads_do_with_fewer_requests() {
 /// reads those bookies entry by entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookies_without_batched_reads_are_read_entry_by_entry() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let fakes = FakeBookies::start(&store, "/ledgers", 3).await.unwrap();
-    let bk = BookKeeperClient::with_store(
-        store.clone(),
-        "zk+hierarchical://127.0.0.1:2181/ledgers",
-        ClientConfig::default(),
-    )
-    .await
-    .unwrap();
+    let (fakes, bk) = FakeBookies::with_client(3, ClientConfig::default())
+        .await
+        .unwrap();
     let w = bk
         .create_ledger(&LedgerConfig::default().with_quorums(3, 2, 2))
         .await

@@ -15,12 +15,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use bkswitch_bk_client::{BookKeeper, DigestType, LedgerConfig, ReadHandle, WriteHandle};
 use bkswitch_bookkeeper::testkit::{generated_payload, FakeBookies};
-use bkswitch_bookkeeper::{BookKeeperClient, ClientConfig};
-use bkswitch_metadata_store::{MemoryStore, MetadataStore};
+use bkswitch_bookkeeper::ClientConfig;
 use futures::stream::{FuturesOrdered, StreamExt};
 
 struct Counting;
@@ -80,13 +78,10 @@ async fn peak_of<T>(f: impl std::future::Future<Output = T>) -> (T, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_1_gib_burst_and_read_and_a_100_000_entry_recovery_stay_under_fixed_bounds() {
-    let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let fakes = FakeBookies::start(&store, "/ledgers", 3).await.unwrap();
     let client_budget = 16 * MIB;
     let bookie_budget = 8 * MIB;
-    let bk = BookKeeperClient::with_store(
-        store.clone(),
-        "zk+hierarchical://127.0.0.1:2181/ledgers",
+    let (fakes, bk) = FakeBookies::with_client(
+        3,
         ClientConfig::default()
             .with_max_add_bytes_in_flight(client_budget)
             .with_max_add_bytes_in_flight_per_bookie(bookie_budget)
