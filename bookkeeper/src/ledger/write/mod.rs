@@ -32,13 +32,13 @@ use bkswitch_bk_client::{
     WriteHandle,
 };
 use bytes::Bytes;
-// An add's answer reaches its caller through `futures`' oneshot, not tokio's:
-// tokio's spends the awaiting task's cooperative budget (128 polls), so a task
-// that keeps a window of adds in flight and takes their answers as they come
-// could take only 128 per turn and then queued behind the connections' tasks
-// before the next 128, the rest waiting although answered. Measured: on
-// Pulsar's bookies at 1,024 adds in flight that wait set the p99 (RESULTS,
-// bookkeeper_real). The caller's own I/O still spends its budget.
+// An add's answer reaches its caller through `futures`' oneshot, not tokio's.
+// Tokio's spends the awaiting task's cooperative budget (128 polls per turn):
+// a task that keeps a window of adds in flight could take only 128 answers
+// per turn, then wait behind the connections' tasks for its next turn while
+// the rest sat answered. On Pulsar's bookies at 1,024 adds in flight that wait
+// set the p99 (RESULTS, bookkeeper_real). A dropped sender still reads as
+// "dropped without an answer"; the caller's own I/O still spends its budget.
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 use futures::FutureExt;
